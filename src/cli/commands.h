@@ -1,0 +1,11 @@
+// Subcommands of the `aicloud` executable. Each Add* registers one subcommand on the app and
+// stores the exit code of its run in *exit_code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace aicloud::cli {
+
+void AddSimulate(CLI::App& app, int* exit_code);
+
+}  // namespace aicloud::cli

@@ -1,0 +1,135 @@
+#include "sched/plugins/fgd/fgd.h"
+
+#include <array>
+#include <cmath>
+
+namespace aicloud::sched {
+
+double NodeFragmentation(const TargetWorkload& w, int64_t cpu_free,
+                         std::span<const int32_t> gpu_free, cluster::ModelId model) {
+  int64_t total = 0;
+  for (int32_t f : gpu_free) total += f;
+  if (total == 0) return 0;
+  double frag = 0;
+  for (const TaskShape& m : w.shapes) {
+    int64_t f = total;  // unless m fits: everything free is a fragment for m
+    if (m.gpu_milli > 0 && m.AllowsModel(model) && cpu_free >= m.cpu_milli) {
+      int fitting = 0;
+      int64_t slivers = 0;
+      for (int32_t g : gpu_free) {
+        if (g >= m.gpu_milli) {
+          ++fitting;
+        } else {
+          slivers += g;
+        }
+      }
+      if (fitting >= m.gpu_count) f = slivers;
+    }
+    frag += m.weight * static_cast<double>(f);
+  }
+  return frag;
+}
+
+double ClusterFragmentation(const TargetWorkload& w, const cluster::Cluster& c) {
+  double sum = 0;
+  std::vector<int32_t> free;
+  for (const cluster::Node& n : c.nodes()) {
+    free.clear();
+    for (const cluster::Gpu& g : n.gpus) free.push_back(g.free_milli);
+    sum += NodeFragmentation(w, n.cpu_free_milli, free, n.model);
+  }
+  return sum;
+}
+
+namespace {
+
+constexpr int kMaxGpus = 64;
+
+class Fgd final : public ScorePlugin {
+ public:
+  Fgd(Handle* h, const TargetWorkload* w, double resolution)
+      : handle_(h), workload_(w), resolution_(resolution) {}
+  std::string_view Name() const override { return "fgd"; }
+
+  int64_t Score(CycleState&, const PodRequest& pod, const cluster::Node& node,
+                GpuPick* pick) override {
+    if (pod.cpu_milli == 0 && !pod.wants_gpu()) return Scale(0, /*maximal=*/true);
+    const int n = node.gpu_count();
+    std::array<int32_t, kMaxGpus> free{};
+    for (int i = 0; i < n; ++i) free[i] = node.gpus[i].free_milli;
+    std::span<int32_t> view(free.data(), n);
+    const double before = Before(node, view);
+    const int64_t cpu_after = node.cpu_free_milli - pod.cpu_milli;
+
+    if (pod.gpu_kind == GpuKind::kFraction) {
+      int64_t best = -1;
+      int best_gpu = -1;
+      for (int i = 0; i < n; ++i) {
+        const cluster::Gpu& g = node.gpus[i];
+        if (g.mig_active() || g.free_milli < pod.gpu_milli || g.mem_free_mib < pod.gpu_mem_mib) continue;
+        free[i] -= pod.gpu_milli;
+        double after = NodeFragmentation(*workload_, cpu_after, view, node.model);
+        free[i] += pod.gpu_milli;
+        int64_t s = Scale(before - after, false);
+        if (s > best) {
+          best = s;
+          best_gpu = i;
+        }
+      }
+      if (best_gpu >= 0) pick->mask = uint64_t{1} << best_gpu;
+      return best < 0 ? 0 : best;
+    }
+    // Whole GPUs (and CPU-only work): take the request from the GPUs with the least free that
+    // still fit, as the placement itself will (lowest index among equals).
+    if (pod.wants_gpu() && pod.gpu_kind == GpuKind::kWhole) {
+      int taken = 0;
+      for (int i = 0; i < n && taken < pod.gpu_count; ++i) {
+        if (node.gpus[i].whole_free()) {
+          free[i] -= cluster::kMilliPerGpu;
+          ++taken;
+        }
+      }
+    }
+    double after = NodeFragmentation(*workload_, cpu_after, view, node.model);
+    return Scale(before - after, false);
+  }
+
+ private:
+  int64_t Scale(double delta_milli, bool maximal) const {
+    if (maximal) return static_cast<int64_t>(resolution_);
+    double s = 1.0 / (1.0 + std::exp(-delta_milli / 1000.0));
+    return static_cast<int64_t>(s * resolution_);
+  }
+
+  // F before the placement, cached per node version: every request shape reuses it.
+  double Before(const cluster::Node& node, std::span<const int32_t> free) {
+    if (cache_.size() <= static_cast<size_t>(node.id)) cache_.resize(node.id + 1, {0, 0});
+    auto& [version_plus_one, value] = cache_[node.id];
+    if (version_plus_one != node.version + 1) {
+      value = NodeFragmentation(*workload_, node.cpu_free_milli, free, node.model);
+      version_plus_one = node.version + 1;
+    }
+    return value;
+  }
+
+  Handle* handle_;
+  const TargetWorkload* workload_;
+  double resolution_;
+  std::vector<std::pair<uint64_t, double>> cache_;
+};
+
+}  // namespace
+
+void RegisterFgd(Registry& r) {
+  (void)r.Register("fgd", [](const PluginArgs& a) -> StatusOr<std::unique_ptr<Plugin>> {
+    if (a.workload == nullptr || a.workload->shapes.empty()) {
+      return FailedPreconditionError("fgd: needs a target workload (typical task shapes)");
+    }
+    double resolution = 100;
+    if (auto it = a.params.find("resolution"); it != a.params.end()) resolution = it->second;
+    if (resolution < 1) return InvalidArgumentError("fgd: resolution must be >= 1");
+    return std::unique_ptr<Plugin>(new Fgd(a.handle, a.workload, resolution));
+  });
+}
+
+}  // namespace aicloud::sched

@@ -1,0 +1,36 @@
+#include "sched/plugins/rack_power/rack_power.h"
+
+#include "sched/placement.h"
+
+namespace aicloud::sched {
+namespace {
+
+class RackPower final : public FilterPlugin {
+ public:
+  explicit RackPower(Handle* h) : handle_(h) {}
+  std::string_view Name() const override { return "rack_power"; }
+  bool NodeLocal() const override { return false; }
+  PluginStatus Filter(CycleState&, const PodRequest& pod, const cluster::Node& node) const override {
+    if (node.rack < 0 || !pod.wants_gpu()) return PluginStatus::Ok();
+    const cluster::Rack& rack = handle_->cluster().racks()[node.rack];
+    if (rack.power_budget_kw <= 0) return PluginStatus::Ok();
+    const double kw = PlacementPowerKw(pod, handle_->model_facts()[node.model]);
+    if (rack.power_used_kw + kw > rack.power_budget_kw + 1e-9) {
+      return PluginStatus::Unschedulable("rack power budget exceeded");
+    }
+    return PluginStatus::Ok();
+  }
+
+ private:
+  Handle* handle_;
+};
+
+}  // namespace
+
+void RegisterRackPower(Registry& r) {
+  (void)r.Register("rack_power", [](const PluginArgs& a) -> StatusOr<std::unique_ptr<Plugin>> {
+    return std::unique_ptr<Plugin>(new RackPower(a.handle));
+  });
+}
+
+}  // namespace aicloud::sched

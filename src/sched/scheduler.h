@@ -1,0 +1,144 @@
+// Scheduler: runs one scheduling cycle per pending unit (a pod, or a whole gang) through the
+// framework's extension points and binds the result into the Cluster it was given.
+//
+// The same Scheduler runs inside the server and inside the simulator; only the clock and the
+// executor around it differ.
+//
+// Thread-compatible: one thread drives a Scheduler and its Cluster.
+//
+//   auto s = Scheduler::Create(&cluster, PolicyProfile("fgd").value(), Registry::BuiltIn(), opts);
+//   ScheduleResult r = (*s)->ScheduleOne(pod);
+//   if (!r.placed) std::cout << r.reason;  // "0/1213 nodes available: 800 insufficient GPU ..."
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cluster/cluster.h"
+#include "core/rng.h"
+#include "core/status.h"
+#include "sched/framework.h"
+#include "sched/profile.h"
+#include "sched/registry.h"
+#include "sched/workload.h"
+
+namespace aicloud::sched {
+
+struct SchedulerOptions {
+  uint64_t seed = 42;
+  // Expected task shapes (FGD and others measure fragmentation against it). May be empty.
+  TargetWorkload workload;
+  // Memoise filter and score answers per (request shape, node version) when every enabled
+  // filter and score plugin is node-local. Off only for tests that compare both paths.
+  bool memoize = true;
+  // How equal best scores are broken: uniformly at random (kube-scheduler's selectHost), or
+  // the first node in cluster order (a deterministic, packing tie-break).
+  enum class TieBreak { kRandom, kFirst };
+  TieBreak tie_break = TieBreak::kRandom;
+};
+
+struct ScheduleResult {
+  bool placed = false;
+  Code code = Code::kSuccess;
+  int32_t node = -1;
+  cluster::Allocation alloc;
+  std::string reason;               // why not placed, Kubernetes-style
+  std::vector<int64_t> preempted;   // uids evicted to make room
+};
+
+struct GangResult {
+  bool placed = false;
+  std::vector<ScheduleResult> members;
+  std::string reason;
+  std::vector<int64_t> preempted;
+};
+
+class Scheduler final : public Handle {
+ public:
+  // `cluster` must outlive the scheduler.
+  static StatusOr<std::unique_ptr<Scheduler>> Create(cluster::Cluster* cluster,
+                                                     const Profile& profile,
+                                                     const Registry& registry,
+                                                     SchedulerOptions options);
+  ~Scheduler() override;
+
+  // Places one pod (not a gang member) and binds it. `pod.uid` must be unique among placed pods;
+  // 0 asks the scheduler to assign one.
+  ScheduleResult ScheduleOne(PodRequest pod);
+  // Places all workers of a gang or none of them (all-or-nothing at min_available).
+  GangResult ScheduleGang(std::vector<PodRequest> members);
+  // Removes a placed pod (departure, cancel, eviction) and returns its resources.
+  Status Remove(int64_t uid);
+
+  // Queue order by the profile's queue-sort plugin (arrival order when it has none).
+  bool QueueLess(const QueuedPod& a, const QueuedPod& b) const;
+
+  // Handle.
+  const cluster::Cluster& cluster() const override { return *cluster_; }
+  const std::vector<ModelFacts>& model_facts() const override { return facts_; }
+  const std::vector<int64_t>& pods_on_node(int32_t node) const override;
+  const Placed* placed(int64_t uid) const override;
+  std::vector<int64_t> gang_members(const std::string& gang) const override;
+  PluginStatus RunFilters(CycleState& state, const PodRequest& pod,
+                          const cluster::Node& node) override;
+  void SuspendPod(int64_t uid) override;
+  void ResumePod(int64_t uid) override;
+
+  size_t placed_count() const { return placed_.size(); }
+  const Profile& profile() const { return profile_; }
+  bool memoized() const { return memo_enabled_; }
+  // Refreshes per-model facts after models were added to the cluster.
+  void RefreshModelFacts();
+
+ private:
+  struct Candidate;
+  struct MemoEntry;
+  static constexpr int kMaxMemoScores = 3;
+
+  Scheduler(cluster::Cluster* cluster, Profile profile, SchedulerOptions options);
+  Status Init(const Registry& registry);
+
+  int32_t InternShape(const PodRequest& pod);
+  // Filters and scores one node; true when feasible.
+  bool Evaluate(CycleState& state, const PodRequest& pod, const cluster::Node& node,
+                Candidate* out, const char** reason, Code* code);
+  // Picks the best feasible node; -1 when none. `restrict_nodes` (optional) limits the search.
+  ScheduleResult Cycle(CycleState& state, PodRequest& pod, const std::vector<int32_t>* restrict_nodes,
+                       bool allow_preemption);
+  Status Bind(PodRequest& pod, const cluster::Allocation& alloc, CycleState& state);
+  void Evict(int64_t uid, std::vector<int64_t>* evicted);
+
+  cluster::Cluster* cluster_;
+  Profile profile_;
+  SchedulerOptions options_;
+  Rng rng_;
+  std::vector<ModelFacts> facts_;
+
+  std::vector<std::unique_ptr<Plugin>> plugins_;  // profile order
+  const QueueSortPlugin* queue_sort_ = nullptr;
+  std::vector<PreFilterPlugin*> pre_filters_;
+  std::vector<const FilterPlugin*> filters_;
+  std::vector<PostFilterPlugin*> post_filters_;
+  std::vector<ScorePlugin*> scores_;
+  std::vector<int64_t> score_weights_;
+  std::vector<ReservePlugin*> reserves_;
+  std::vector<PermitPlugin*> permits_;
+  std::vector<BindPlugin*> binds_;
+  bool any_normalize_ = false;
+  bool memo_enabled_ = false;
+
+  std::unordered_map<std::string, int32_t> shape_index_;
+  std::vector<std::vector<MemoEntry>> memo_;  // [shape][node]
+
+  std::unordered_map<int64_t, Placed> placed_;
+  std::unordered_map<int64_t, bool> suspended_;
+  std::vector<std::vector<int64_t>> pods_on_node_;
+  std::unordered_map<std::string, std::vector<int64_t>> gangs_;
+  int64_t next_uid_ = 1;
+
+  std::vector<Candidate> candidates_;  // scratch reused across cycles
+};
+
+}  // namespace aicloud::sched
