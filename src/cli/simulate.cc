@@ -180,6 +180,7 @@ void AddSimulate(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   fgd->add_flag("--quiet", o->quiet, "No progress on stderr");
   fgd->callback([o, exit_code] { *exit_code = RunSimulateFgd(*o); });
+  AddSimulateEvents(*sim, exit_code);
 }
 
 }  // namespace aicloud::cli

@@ -1,5 +1,7 @@
 #include "cluster/cluster.h"
 
+#include <algorithm>
+
 namespace aicloud::cluster {
 
 ModelId Cluster::InternModel(std::string_view name) {
@@ -24,6 +26,7 @@ int32_t Cluster::AddNode(Node node) {
     if (g.mem_free_mib == 0) g.mem_free_mib = g.mem_mib;
   }
   node_index_.emplace(node.name, node.id);
+  change_log_.push_back(node.id);
   nodes_.push_back(std::move(node));
   return nodes_.back().id;
 }
@@ -51,6 +54,9 @@ Status Cluster::Allocate(const Allocation& a) {
                                 " which does not exist");
   }
   Node& n = nodes_[a.node];
+  if (a.cpu_milli < 0 || a.mem_mib < 0 || a.power_kw < 0) {
+    return InvalidArgumentError(n.name + ": allocation with a negative amount");
+  }
   if (a.cpu_milli > n.cpu_free_milli) return ResourceExhaustedError(n.name + ": not enough CPU");
   if (a.mem_mib > n.mem_free_mib) return ResourceExhaustedError(n.name + ": not enough memory");
   for (const GpuShare& s : a.gpus) {
@@ -58,11 +64,15 @@ Status Cluster::Allocate(const Allocation& a) {
       return InvalidArgumentError(n.name + ": no GPU " + std::to_string(s.gpu));
     }
     const Gpu& g = n.gpus[s.gpu];
+    if (s.milli < 0 || s.mem_mib < 0) {
+      return InvalidArgumentError(n.name + ": allocation with a negative amount");
+    }
     if (s.mig_profile >= 0) {
-      uint8_t mask = static_cast<uint8_t>(((1u << s.mig_slices) - 1u) << s.mig_start);
-      if (s.mig_start < 0 || s.mig_start + s.mig_slices > kMigMemorySlices) {
+      if (s.mig_start < 0 || s.mig_slices <= 0 || s.mig_compute < 0 ||
+          s.mig_start + s.mig_slices > kMigMemorySlices) {
         return InvalidArgumentError(n.name + ": MIG instance outside the GPU's slices");
       }
+      uint8_t mask = static_cast<uint8_t>(((1u << s.mig_slices) - 1u) << s.mig_start);
       if ((g.mig_used_mask & mask) != 0 || g.mig_compute_used + s.mig_compute > 7) {
         return ResourceExhaustedError(n.name + ": MIG slices already in use on GPU " +
                                       std::to_string(s.gpu));
@@ -120,6 +130,7 @@ Status Cluster::Allocate(const Allocation& a) {
   }
   ++n.pods;
   ++n.version;
+  change_log_.push_back(n.id);
   return OkStatus();
 }
 
@@ -142,6 +153,19 @@ void Cluster::Release(const Allocation& a) {
   if (n.rack >= 0 && a.power_kw > 0) racks_[n.rack].power_used_kw -= a.power_kw;
   --n.pods;
   ++n.version;
+  change_log_.push_back(n.id);
+}
+
+void Cluster::Touch(int32_t node) {
+  ++nodes_[node].version;
+  change_log_.push_back(node);
+}
+
+void Cluster::TrimChangeLog(uint64_t position) {
+  if (position <= change_log_base_) return;
+  const uint64_t drop = std::min<uint64_t>(position - change_log_base_, change_log_.size());
+  change_log_.erase(change_log_.begin(), change_log_.begin() + static_cast<std::ptrdiff_t>(drop));
+  change_log_base_ += drop;
 }
 
 int64_t Cluster::total_gpus() const {

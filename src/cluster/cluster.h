@@ -49,6 +49,18 @@ class Cluster {
   // Returns what Allocate took. REQUIRES: `a` was allocated and not yet released.
   void Release(const Allocation& a);
 
+  // Records that a node's schedulable fields changed outside Allocate/Release (cordon, taints,
+  // labels): bumps its version and logs it. Every such change must go through here so caches
+  // keyed on node versions stay true.
+  void Touch(int32_t node);
+  // Ids of nodes in the order their versions were bumped, for caches that follow changes
+  // incrementally (the scheduler's per-shape index). Entries before change_log_base() were
+  // dropped by TrimChangeLog.
+  const std::vector<int32_t>& change_log() const { return change_log_; }
+  uint64_t change_log_base() const { return change_log_base_; }
+  // Drops log entries older than `position` (an absolute position, base + index).
+  void TrimChangeLog(uint64_t position);
+
   int64_t total_gpus() const;
   int64_t total_gpu_milli() const { return total_gpus() * kMilliPerGpu; }
   // GPU milli currently allocated (whole, fractional and MIG use all count their milli).
@@ -61,6 +73,8 @@ class Cluster {
   std::unordered_map<std::string, int32_t> node_index_;
   std::vector<Rack> racks_;
   std::unordered_map<std::string, int32_t> rack_index_;
+  std::vector<int32_t> change_log_;
+  uint64_t change_log_base_ = 0;
 };
 
 }  // namespace aicloud::cluster

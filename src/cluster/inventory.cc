@@ -1,5 +1,6 @@
 #include "cluster/inventory.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -98,11 +99,29 @@ const char* KindName(const YAML::Node& n) {
 // A field that is absent and one written with no value (`cpu:`) mean the same: not given.
 bool Present(const YAML::Node& v) { return v.IsDefined() && !v.IsNull(); }
 
+// Sees where each document of a YAML stream starts, building nothing.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  std::vector<YAML::Mark> starts;
+};
+
 // The GPU section of a node entry, decoded once and stamped onto every replica.
 struct GpuSpec {
   enum class NvLink { kNone, kAll, kGroups };
   int count = 0;
-  ModelId model = kNoModel;
   int64_t mem_mib = 0;
   std::vector<int16_t> numa;
   std::vector<int16_t> pcie_switch;
@@ -227,6 +246,31 @@ class Decoder {
     return it->second;
   }
 
+  // Fails unless `text` holds at most one YAML document. Deliberately not YAML::LoadAll: in
+  // yaml-cpp 0.7 it loops forever, allocating a null document per turn, on input such as a
+  // stray "," where the parser reports a document without consuming the offending token
+  // (jbeder/yaml-cpp#1040, fixed upstream by #1318/#1319). A bounded walk that checks each
+  // document moved forward turns that into an error instead of an out-of-memory kill.
+  Status CheckSingleDocument(const std::string& text) const {
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentStarts scan;
+    while (scan.starts.size() < 2 && parser.HandleNextDocument(scan)) {
+    }
+    if (scan.starts.size() < 2) return OkStatus();
+    const YAML::Mark& first = scan.starts[0];
+    const YAML::Mark& second = scan.starts[1];
+    const int line = second.line >= 0 ? second.line + 1 : 1;
+    if (second.pos == first.pos) {
+      const char c = second.pos >= 0 && static_cast<size_t>(second.pos) < text.size()
+                         ? text[second.pos]
+                         : '?';
+      return ErrorAtLine(line, "yaml", "unexpected " + Quote(std::string(1, c)));
+    }
+    return ErrorAtLine(line, "document",
+                       "expected one YAML document, but a second one starts here");
+  }
+
   // --- sections --------------------------------------------------------------------------------
 
   Status DecodeRack(const YAML::Node& r, const std::string& path);
@@ -249,15 +293,12 @@ class Decoder {
 };
 
 StatusOr<Cluster> Decoder::Decode(std::string_view yaml) {
-  std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml));
-  if (docs.size() > 1) {
-    return Error(docs[1], "document",
-                 "expected one YAML document, found " + std::to_string(docs.size()));
-  }
-  if (docs.empty() || docs[0].IsNull()) {
+  const std::string text(yaml);
+  AICLOUD_RETURN_IF_ERROR(CheckSingleDocument(text));
+  const YAML::Node root = YAML::Load(text);
+  if (root.IsNull()) {
     return ErrorAtLine(1, "document", "empty; expected apiVersion: aicloud/v1, kind: Inventory");
   }
-  const YAML::Node& root = docs[0];
   if (!root.IsMap()) {
     return Error(root, "document",
                  std::string("expected a mapping with apiVersion and kind, got ") + KindName(root));

@@ -16,9 +16,10 @@ struct PolicyDef {
 const std::vector<PolicyDef>& Policies() {
   static const auto* defs = new std::vector<PolicyDef>{
       {"fgd", {{"fgd", 1}}},
+      {"fgd_tiered", {{"fgd", 1, {{"tiered", 1}}}}},
       {"bestfit", {{"bestfit", 1}}},
       {"packing", {{"packing", 1}}},
-      {"clustering", {{"clustering", 1}}},
+      {"clustering", {{"clustering", 1, {{"max_gpu_milli", 8000}}}}},
       {"dotprod", {{"dotprod", 1}}},
       {"random", {{"random", 1}}},
       {"spread", {{"spread", 1}}},

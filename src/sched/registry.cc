@@ -2,6 +2,7 @@
 
 #include "sched/plugins/bestfit/bestfit.h"
 #include "sched/plugins/dotprod/dotprod.h"
+#include "sched/plugins/drf_queue_sort/drf_queue_sort.h"
 #include "sched/plugins/fgd/fgd.h"
 #include "sched/plugins/gpu_clustering/gpu_clustering.h"
 #include "sched/plugins/gpu_model/gpu_model.h"
@@ -11,6 +12,8 @@
 #include "sched/plugins/mig_placement/mig_placement.h"
 #include "sched/plugins/node_unschedulable/node_unschedulable.h"
 #include "sched/plugins/nvlink_topology/nvlink_topology.h"
+#include "sched/plugins/preemption/preemption.h"
+#include "sched/plugins/quota/quota.h"
 #include "sched/plugins/rack_power/rack_power.h"
 #include "sched/plugins/random/random.h"
 #include "sched/plugins/resource_fit/resource_fit.h"
@@ -30,6 +33,7 @@ const Registry& Registry::BuiltIn() {
     RegisterMigPlacement(*reg);
     RegisterNvlinkTopology(*reg);
     RegisterRackPower(*reg);
+    RegisterQuota(*reg);
     // Scores.
     RegisterFgd(*reg);
     RegisterBestFit(*reg);
@@ -38,6 +42,9 @@ const Registry& Registry::BuiltIn() {
     RegisterGpuClustering(*reg);
     RegisterRandom(*reg);
     RegisterSpread(*reg);
+    // Queue sort and post-filter.
+    RegisterDrfQueueSort(*reg);
+    RegisterPreemption(*reg);
     return reg;
   }();
   return *r;

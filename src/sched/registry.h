@@ -14,12 +14,15 @@
 
 namespace aicloud::sched {
 
+class QuotaManager;
+
 // What a factory may use to build a plugin.
 struct PluginArgs {
   Handle* handle = nullptr;                    // outlives the plugin
   const TargetWorkload* workload = nullptr;    // expected task shapes; may be null
   uint64_t seed = 0;
   std::map<std::string, double> params;        // plugin-specific knobs from the profile
+  QuotaManager* quotas = nullptr;              // tenant queues; may be null; outlives the plugin
 };
 
 using PluginFactory = std::function<StatusOr<std::unique_ptr<Plugin>>(const PluginArgs&)>;

@@ -63,6 +63,7 @@ Status Scheduler::Init(const Registry& registry) {
     args.workload = &options_.workload;
     args.seed = options_.seed + i;
     args.params = pc.params;
+    args.quotas = options_.quotas;
     StatusOr<std::unique_ptr<Plugin>> p = registry.Create(pc.name, args);
     if (!p.ok()) return p.status();
     Plugin* raw = p->get();
@@ -135,7 +136,10 @@ int32_t Scheduler::InternShape(const PodRequest& p) {
     key += t.key + '=' + (t.op_exists ? std::string("*") : t.value) + ':' + t.effect + ';';
   }
   auto [it, inserted] = shape_index_.emplace(std::move(key), static_cast<int32_t>(memo_.size()));
-  if (inserted && memo_enabled_) memo_.emplace_back();
+  if (inserted && memo_enabled_) {
+    memo_.emplace_back();
+    index_.emplace_back();
+  }
   return it->second;
 }
 
@@ -192,6 +196,41 @@ bool Scheduler::Evaluate(CycleState& state, const PodRequest& pod, const cluster
   return true;
 }
 
+bool Scheduler::IndexedBest(CycleState& state, const PodRequest& pod, Candidate* best) {
+  if (!memo_enabled_ || any_normalize_) return false;
+  ShapeIndex& idx = index_[pod.shape];
+  const auto& nodes = cluster_->nodes();
+  const auto& log = cluster_->change_log();
+  const uint64_t base = cluster_->change_log_base();
+  const uint64_t end = base + log.size();
+  auto total_of = [&](const Candidate& c) {
+    int64_t t = 0;
+    for (size_t j = 0; j < scores_.size(); ++j) t += c.raw[j] * score_weights_[j];
+    return t;
+  };
+  auto refresh = [&](int32_t id) {
+    Candidate c;
+    const char* why = nullptr;
+    Code code = Code::kSuccess;
+    idx.tree.Set(id, Evaluate(state, pod, nodes[id], &c, &why, &code) ? total_of(c) : MaxTree::kNone);
+  };
+  if (!idx.built || idx.tree.size() != nodes.size() || idx.log_pos < base) {
+    idx.tree.Reset(nodes.size());
+    for (const cluster::Node& n : nodes) refresh(n.id);
+    idx.built = true;
+  } else {
+    for (uint64_t pos = idx.log_pos; pos < end; ++pos) refresh(log[pos - base]);
+  }
+  idx.log_pos = end;
+  if (idx.tree.empty()) return false;
+  const size_t id = options_.tie_break == SchedulerOptions::TieBreak::kFirst
+                        ? idx.tree.First()
+                        : idx.tree.Nth(static_cast<int64_t>(rng_.Uniform(idx.tree.ties())));
+  const char* why = nullptr;
+  Code code = Code::kSuccess;
+  return Evaluate(state, pod, nodes[id], best, &why, &code);
+}
+
 PluginStatus Scheduler::RunFilters(CycleState& state, const PodRequest& pod,
                                    const cluster::Node& node) {
   for (const FilterPlugin* f : filters_) {
@@ -212,12 +251,35 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
       result.code = st.code;
       result.reason = std::string(p->Name()) + ": " + (st.reason ? st.reason : "") +
                       (st.detail.empty() ? "" : (st.reason ? ": " : "") + st.detail);
+      // As kube-scheduler does: a pre-filter "does not fit" (e.g. a queue whose quota is lent
+      // out) marks every node unschedulable and still lets post-filters (reclaim) try.
+      if (st.code != Code::kUnschedulable || !allow_preemption || post_filters_.empty()) {
+        return result;
+      }
+      FilterSummary all;
+      const size_t n = restrict_nodes ? restrict_nodes->size() : cluster_->nodes().size();
+      for (size_t k = 0; k < n; ++k) {
+        all.rejected.emplace_back(restrict_nodes ? (*restrict_nodes)[k] : static_cast<int32_t>(k),
+                                  Code::kUnschedulable);
+      }
+      return PostFilterAndRetry(state, pod, all, std::move(result));
+    }
+  }
+  // 2. Filter and score. Fast path: the shape's index already knows the best node.
+  if (restrict_nodes == nullptr) {
+    Candidate best;
+    if (IndexedBest(state, pod, &best)) {
+      const cluster::Node& node = cluster_->nodes()[best.node];
+      result.placed = true;
+      result.node = best.node;
+      result.alloc = MakeAllocation(pod, node, best.pick, facts_[node.model < 0 ? 0 : node.model]);
       return result;
     }
   }
-  // 2. Filter (and score, in the same pass) every candidate node.
+  // Full scan: every candidate node, filtered and scored in the same pass.
   candidates_.clear();
-  std::map<std::string_view, int> reasons;
+  // Reasons are static strings: count them by pointer, merge equal texts when reporting.
+  std::vector<std::pair<const char*, int>> reasons;
   FilterSummary summary;
   const auto& nodes = cluster_->nodes();
   const size_t n_nodes = restrict_nodes ? restrict_nodes->size() : nodes.size();
@@ -229,14 +291,22 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
     if (Evaluate(state, pod, node, &c, &why, &code)) {
       candidates_.push_back(c);
     } else {
-      ++reasons[why];
+      auto it = std::find_if(reasons.begin(), reasons.end(),
+                             [why](const auto& r) { return r.first == why; });
+      if (it == reasons.end()) {
+        reasons.emplace_back(why, 1);
+      } else {
+        ++it->second;
+      }
       if (!post_filters_.empty()) summary.rejected.emplace_back(node.id, code);
     }
   }
   // 3. Post-filter (preemption) when nothing fits.
   if (candidates_.empty()) {
+    std::map<std::string_view, int> merged;
+    for (const auto& [r, n] : reasons) merged[r] += n;
     std::vector<std::pair<int, std::string_view>> sorted;
-    for (const auto& [r, n] : reasons) sorted.emplace_back(n, r);
+    for (const auto& [r, n] : merged) sorted.emplace_back(n, r);
     std::sort(sorted.begin(), sorted.end(),
               [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
     result.code = Code::kUnschedulable;
@@ -246,18 +316,7 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
                        std::string(sorted[i].second);
     }
     if (!allow_preemption) return result;
-    for (PostFilterPlugin* p : post_filters_) {
-      PostFilterResult pf = p->PostFilter(state, pod, summary);
-      if (pf.status.ok() && pf.nominated_node >= 0) {
-        std::vector<int64_t> evicted;
-        for (int64_t v : pf.victims) Evict(v, &evicted);
-        std::vector<int32_t> only{pf.nominated_node};
-        ScheduleResult retry = Cycle(state, pod, &only, false);
-        retry.preempted = std::move(evicted);
-        return retry;
-      }
-    }
-    return result;
+    return PostFilterAndRetry(state, pod, summary, std::move(result));
   }
   // 4. Normalize and weight the scores, then pick the best node; ties broken at random
   //    (reservoir sampling, as kube-scheduler's selectHost does).
@@ -294,6 +353,23 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
   result.node = chosen.node;
   result.alloc = MakeAllocation(pod, node, chosen.pick, facts_[node.model < 0 ? 0 : node.model]);
   return result;
+}
+
+ScheduleResult Scheduler::PostFilterAndRetry(CycleState& state, PodRequest& pod,
+                                             const FilterSummary& summary,
+                                             ScheduleResult unschedulable) {
+  for (PostFilterPlugin* p : post_filters_) {
+    PostFilterResult pf = p->PostFilter(state, pod, summary);
+    if (pf.status.ok() && pf.nominated_node >= 0) {
+      std::vector<int64_t> evicted;
+      for (int64_t v : pf.victims) Evict(v, &evicted);
+      std::vector<int32_t> only{pf.nominated_node};
+      ScheduleResult retry = Cycle(state, pod, &only, false);
+      retry.preempted = std::move(evicted);
+      return retry;
+    }
+  }
+  return unschedulable;
 }
 
 Status Scheduler::Bind(PodRequest& pod, const cluster::Allocation& alloc, CycleState& state) {
@@ -376,9 +452,15 @@ GangResult Scheduler::ScheduleGang(std::vector<PodRequest> members) {
   const int min_available = std::max(1, std::min<int>(members[0].gang.min_available,
                                                       static_cast<int>(members.size())));
   const Topology topo = members[0].topology;
+  std::set<int64_t> uids;
   for (PodRequest& m : members) {
     if (m.uid == 0) m.uid = next_uid_++;
     next_uid_ = std::max(next_uid_, m.uid + 1);
+    if (placed_.count(m.uid) || !uids.insert(m.uid).second) {
+      g.reason = "gang " + gang + ": pod uid " + std::to_string(m.uid) +
+                 " is already placed or named twice";
+      return g;
+    }
     m.gang.name = gang;
     m.shape = InternShape(m);
   }

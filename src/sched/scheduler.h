@@ -20,6 +20,7 @@
 #include "core/rng.h"
 #include "core/status.h"
 #include "sched/framework.h"
+#include "sched/max_tree.h"
 #include "sched/profile.h"
 #include "sched/registry.h"
 #include "sched/workload.h"
@@ -37,6 +38,8 @@ struct SchedulerOptions {
   // the first node in cluster order (a deterministic, packing tie-break).
   enum class TieBreak { kRandom, kFirst };
   TieBreak tie_break = TieBreak::kRandom;
+  // Tenant queues for the quota and preemption plugins; may be null. Must outlive the scheduler.
+  QuotaManager* quotas = nullptr;
 };
 
 struct ScheduleResult {
@@ -101,12 +104,20 @@ class Scheduler final : public Handle {
   Status Init(const Registry& registry);
 
   int32_t InternShape(const PodRequest& pod);
+  // The indexed fast path: the best node for `pod` from its shape's MaxTree, re-scoring only
+  // the nodes that changed since. False when it does not apply or no node is feasible (the full
+  // scan then runs and explains why).
+  bool IndexedBest(CycleState& state, const PodRequest& pod, Candidate* best);
   // Filters and scores one node; true when feasible.
   bool Evaluate(CycleState& state, const PodRequest& pod, const cluster::Node& node,
                 Candidate* out, const char** reason, Code* code);
   // Picks the best feasible node; -1 when none. `restrict_nodes` (optional) limits the search.
   ScheduleResult Cycle(CycleState& state, PodRequest& pod, const std::vector<int32_t>* restrict_nodes,
                        bool allow_preemption);
+  // Runs post-filter plugins (preemption); on a nomination evicts the victims and retries on
+  // that node only. Returns `unschedulable` when no plugin nominates.
+  ScheduleResult PostFilterAndRetry(CycleState& state, PodRequest& pod,
+                                    const FilterSummary& summary, ScheduleResult unschedulable);
   Status Bind(PodRequest& pod, const cluster::Allocation& alloc, CycleState& state);
   void Evict(int64_t uid, std::vector<int64_t>* evicted);
 
@@ -131,6 +142,12 @@ class Scheduler final : public Handle {
 
   std::unordered_map<std::string, int32_t> shape_index_;
   std::vector<std::vector<MemoEntry>> memo_;  // [shape][node]
+  struct ShapeIndex {
+    bool built = false;
+    uint64_t log_pos = 0;  // cluster change log consumed up to here (absolute)
+    MaxTree tree;          // total weighted score per node
+  };
+  std::vector<ShapeIndex> index_;  // [shape]
 
   std::unordered_map<int64_t, Placed> placed_;
   std::unordered_map<int64_t, bool> suspended_;

@@ -28,7 +28,10 @@ struct TargetWorkload {
   std::vector<TaskShape> shapes;
 };
 
-// REQUIRES: 0 < coverage <= 1.
-TargetWorkload BuildTargetWorkload(std::span<const PodRequest> pods, double coverage = 0.95);
+// REQUIRES: 0 < coverage <= 1. `gpu_weight` > 0 counts a whole-GPU request as
+// 1 + gpu_count × gpu_weight requests, so large requests weigh by the GPUs they need (the FGD
+// artifact's GpuResWeight; 0 counts every request once, as the paper's experiments do).
+TargetWorkload BuildTargetWorkload(std::span<const PodRequest> pods, double coverage = 0.95,
+                                   double gpu_weight = 0);
 
 }  // namespace aicloud::sched

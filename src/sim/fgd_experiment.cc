@@ -30,7 +30,10 @@ std::vector<sched::PodRequest> FgdExperiment::Arrivals(uint64_t seed, double inf
   for (const sched::PodRequest& p : list) total += static_cast<double>(p.total_gpu_milli());
   int64_t next_uid = 0;
   for (const sched::PodRequest& p : pods_) next_uid = std::max(next_uid, p.uid);
-  if (total < target && !pods_.empty()) {
+  bool any_gpu = false;
+  for (const sched::PodRequest& p : pods_) any_gpu = any_gpu || p.wants_gpu();
+  // Copies of CPU-only pods add no GPU demand: without any GPU pod the target is unreachable.
+  if (total < target && any_gpu) {
     // Copies go after the shuffled originals. The stop test adds the per-GPU share of the
     // sampled pod (as the paper's artifact does), so a multi-GPU copy may overshoot slightly.
     for (int64_t i = 0;; ++i) {
@@ -57,6 +60,10 @@ StatusOr<FgdRun> FgdExperiment::Run(const FgdConfig& config) const {
   if (!(config.inflate > 0) || config.inflate > 10) {
     return InvalidArgumentError("inflate must be in (0, 10], got " + std::to_string(config.inflate));
   }
+  if (!(config.coverage > 0) || config.coverage > 1) {
+    return InvalidArgumentError("coverage must be in (0, 1], got " + std::to_string(config.coverage));
+  }
+  if (config.gpu_weight < 0) return InvalidArgumentError("gpu_weight must not be negative");
   sched::Profile profile;
   if (config.profile != nullptr) {
     profile = *config.profile;
@@ -81,7 +88,9 @@ StatusOr<FgdRun> FgdExperiment::Run(const FgdConfig& config) const {
   if (capacity <= 0) return FailedPreconditionError("the cluster has no GPUs");
   sched::SchedulerOptions opts;
   opts.seed = config.seed;
-  opts.workload = target_;
+  opts.workload = (config.coverage == 0.95 && config.gpu_weight == 0)
+                      ? target_
+                      : sched::BuildTargetWorkload(pods_, config.coverage, config.gpu_weight);
   opts.tie_break = config.tie_break;
   StatusOr<std::unique_ptr<sched::Scheduler>> sched =
       sched::Scheduler::Create(&cluster, profile, sched::Registry::BuiltIn(), opts);
@@ -92,10 +101,11 @@ StatusOr<FgdRun> FgdExperiment::Run(const FgdConfig& config) const {
   // Fragmentation is kept per node and updated only where a pod lands.
   std::vector<double> frag(cluster.nodes().size());
   std::vector<int32_t> free;
+  const sched::FragmentationModel frag_model(target_);
   auto node_frag = [&](const cluster::Node& n) {
     free.clear();
     for (const cluster::Gpu& g : n.gpus) free.push_back(g.free_milli);
-    return sched::NodeFragmentation(target_, n.cpu_free_milli, free, n.model);
+    return frag_model.Of(n.cpu_free_milli, free, n.model);
   };
   double frag_sum = 0;
   for (const cluster::Node& n : cluster.nodes()) frag_sum += frag[n.id] = node_frag(n);

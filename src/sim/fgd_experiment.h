@@ -35,6 +35,9 @@ struct FgdConfig {
   // Its Random policy randomises through its own score, not through ties.
   sched::SchedulerOptions::TieBreak tie_break = sched::SchedulerOptions::TieBreak::kFirst;
   bool shuffle_nodes = true;
+  // Typical task shapes: popularity cover and GPU weighting (see BuildTargetWorkload).
+  double coverage = 0.95;
+  double gpu_weight = 0;
 };
 
 // One point per integer percent of arrived GPU demand: the mean of the events that land on it.

@@ -1,9 +1,64 @@
 #include "sched/plugins/fgd/fgd.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
 namespace aicloud::sched {
+
+FragmentationModel::FragmentationModel(const TargetWorkload& w) {
+  for (const TaskShape& m : w.shapes) {
+    Shape s;
+    s.cpu_milli = m.cpu_milli;
+    s.gpu_count = m.gpu_count;
+    s.weight = m.weight;
+    s.level = -1;
+    if (m.gpu_milli > 0) {
+      auto it = std::find(levels_.begin(), levels_.end(), m.gpu_milli);
+      s.level = static_cast<int>(it - levels_.begin());
+      if (it == levels_.end()) levels_.push_back(m.gpu_milli);
+    }
+    s.models = ~uint64_t{0};
+    if (!m.models.empty()) {
+      s.models = 0;
+      for (cluster::ModelId id : m.models) {
+        if (id >= 0 && id < 64) s.models |= uint64_t{1} << id;
+      }
+    }
+    shapes_.push_back(s);
+  }
+}
+
+double FragmentationModel::Of(int64_t cpu_free, std::span<const int32_t> gpu_free,
+                              cluster::ModelId model) const {
+  int64_t total = 0;
+  for (int32_t f : gpu_free) total += f;
+  if (total == 0) return 0;
+  // Per distinct demand: how many GPUs could serve it, and the slivers too small for it.
+  std::array<int32_t, 64> fitting{};
+  std::array<int64_t, 64> slivers{};
+  const size_t levels = std::min<size_t>(levels_.size(), 64);
+  for (size_t l = 0; l < levels; ++l) {
+    for (int32_t g : gpu_free) {
+      if (g >= levels_[l]) {
+        ++fitting[l];
+      } else {
+        slivers[l] += g;
+      }
+    }
+  }
+  const uint64_t model_bit = model >= 0 && model < 64 ? uint64_t{1} << model : 0;
+  double frag = 0;
+  for (const Shape& m : shapes_) {
+    int64_t f = total;
+    if (m.level >= 0 && static_cast<size_t>(m.level) < levels && (m.models == ~uint64_t{0} || (m.models & model_bit)) &&
+        cpu_free >= m.cpu_milli && fitting[m.level] >= m.gpu_count) {
+      f = slivers[m.level];
+    }
+    frag += m.weight * static_cast<double>(f);
+  }
+  return frag;
+}
 
 double NodeFragmentation(const TargetWorkload& w, int64_t cpu_free,
                          std::span<const int32_t> gpu_free, cluster::ModelId model) {
@@ -31,12 +86,13 @@ double NodeFragmentation(const TargetWorkload& w, int64_t cpu_free,
 }
 
 double ClusterFragmentation(const TargetWorkload& w, const cluster::Cluster& c) {
+  const FragmentationModel model(w);
   double sum = 0;
   std::vector<int32_t> free;
   for (const cluster::Node& n : c.nodes()) {
     free.clear();
     for (const cluster::Gpu& g : n.gpus) free.push_back(g.free_milli);
-    sum += NodeFragmentation(w, n.cpu_free_milli, free, n.model);
+    sum += model.Of(n.cpu_free_milli, free, n.model);
   }
   return sum;
 }
@@ -47,12 +103,22 @@ constexpr int kMaxGpus = 64;
 
 class Fgd final : public ScorePlugin {
  public:
-  Fgd(Handle* h, const TargetWorkload* w, double resolution)
-      : handle_(h), workload_(w), resolution_(resolution) {}
+  Fgd(const TargetWorkload* w, double resolution, bool tiered)
+      : model_(*w), resolution_(resolution), tiered_(tiered) {}
   std::string_view Name() const override { return "fgd"; }
 
-  int64_t Score(CycleState&, const PodRequest& pod, const cluster::Node& node,
+  int64_t Score(CycleState& state, const PodRequest& pod, const cluster::Node& node,
                 GpuPick* pick) override {
+    const int64_t s = FgdScore(state, pod, node, pick);
+    if (!tiered_) return s;
+    // Among placements FGD rates equal, small requests go to nodes already in use and
+    // multi-GPU requests to idle nodes, so idle nodes stay whole for the requests that need
+    // them.
+    const bool in_use = node.pods > 0;
+    return s * 2 + (in_use == (pod.gpu_count <= 1) ? 1 : 0);
+  }
+
+  int64_t FgdScore(CycleState&, const PodRequest& pod, const cluster::Node& node, GpuPick* pick) {
     if (pod.cpu_milli == 0 && !pod.wants_gpu()) return Scale(0, /*maximal=*/true);
     const int n = node.gpu_count();
     std::array<int32_t, kMaxGpus> free{};
@@ -64,11 +130,19 @@ class Fgd final : public ScorePlugin {
     if (pod.gpu_kind == GpuKind::kFraction) {
       int64_t best = -1;
       int best_gpu = -1;
+      uint32_t tried = 0;  // GPUs with equal free share give equal scores: try each value once
       for (int i = 0; i < n; ++i) {
         const cluster::Gpu& g = node.gpus[i];
         if (g.mig_active() || g.free_milli < pod.gpu_milli || g.mem_free_mib < pod.gpu_mem_mib) continue;
+        bool seen = false;
+        for (int j = 0; j < i && !seen; ++j) {
+          seen = (tried >> j & 1) && node.gpus[j].free_milli == g.free_milli &&
+                 node.gpus[j].mem_free_mib == g.mem_free_mib;
+        }
+        if (seen) continue;
+        if (i < 32) tried |= 1u << i;
         free[i] -= pod.gpu_milli;
-        double after = NodeFragmentation(*workload_, cpu_after, view, node.model);
+        double after = model_.Of(cpu_after, view, node.model);
         free[i] += pod.gpu_milli;
         int64_t s = Scale(before - after, false);
         if (s > best) {
@@ -90,7 +164,7 @@ class Fgd final : public ScorePlugin {
         }
       }
     }
-    double after = NodeFragmentation(*workload_, cpu_after, view, node.model);
+    double after = model_.Of(cpu_after, view, node.model);
     return Scale(before - after, false);
   }
 
@@ -106,15 +180,15 @@ class Fgd final : public ScorePlugin {
     if (cache_.size() <= static_cast<size_t>(node.id)) cache_.resize(node.id + 1, {0, 0});
     auto& [version_plus_one, value] = cache_[node.id];
     if (version_plus_one != node.version + 1) {
-      value = NodeFragmentation(*workload_, node.cpu_free_milli, free, node.model);
+      value = model_.Of(node.cpu_free_milli, free, node.model);
       version_plus_one = node.version + 1;
     }
     return value;
   }
 
-  Handle* handle_;
-  const TargetWorkload* workload_;
+  FragmentationModel model_;
   double resolution_;
+  bool tiered_;
   std::vector<std::pair<uint64_t, double>> cache_;
 };
 
@@ -127,8 +201,12 @@ void RegisterFgd(Registry& r) {
     }
     double resolution = 100;
     if (auto it = a.params.find("resolution"); it != a.params.end()) resolution = it->second;
-    if (resolution < 1) return InvalidArgumentError("fgd: resolution must be >= 1");
-    return std::unique_ptr<Plugin>(new Fgd(a.handle, a.workload, resolution));
+    if (resolution < 1 || resolution > 1e9) {
+      return InvalidArgumentError("fgd: resolution must be in [1, 1e9]");
+    }
+    bool tiered = false;
+    if (auto it = a.params.find("tiered"); it != a.params.end()) tiered = it->second != 0;
+    return std::unique_ptr<Plugin>(new Fgd(a.workload, resolution, tiered));
   });
 }
 

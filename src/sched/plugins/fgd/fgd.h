@@ -9,7 +9,9 @@
 // fitting GPU is tried and the best one is picked, which fixes the GPU inside the node.
 //
 // Params: `resolution` (default 100: scores are truncated to integers 0..100 as in the
-// paper's artifact, so near-equal placements tie and are broken at random).
+// paper's artifact, so near-equal placements tie and the framework's tie-break decides);
+// `tiered` (default 0): among placements FGD rates equal, put requests of at most one GPU on
+// nodes already in use and multi-GPU requests on idle nodes. Policy `fgd_tiered` turns it on.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,27 @@
 #include "sched/workload.h"
 
 namespace aicloud::sched {
+
+// F_n(M) evaluated fast: shapes are grouped by their per-GPU demand, so a node's GPUs are
+// scanned once per distinct demand (a handful) rather than once per shape (tens).
+// Immutable after construction; safe to share between threads.
+class FragmentationModel {
+ public:
+  explicit FragmentationModel(const TargetWorkload& w);
+  // F_n(M) for a node whose free state is (cpu_free, free milli per GPU, model), in GPU milli.
+  double Of(int64_t cpu_free, std::span<const int32_t> gpu_free, cluster::ModelId model) const;
+
+ private:
+  struct Shape {
+    int64_t cpu_milli;
+    int level;         // index into levels_; -1 for CPU-only
+    int gpu_count;
+    uint64_t models;   // bit m = model m allowed; ~0 = any
+    double weight;
+  };
+  std::vector<int32_t> levels_;  // distinct per-GPU demands
+  std::vector<Shape> shapes_;
+};
 
 // F_n(M) for a node whose free state is (cpu_free, free milli per GPU, model).
 double NodeFragmentation(const TargetWorkload& w, int64_t cpu_free, std::span<const int32_t> gpu_free,

@@ -16,8 +16,13 @@ class GpuClustering final : public ScorePlugin {
   std::string_view Name() const override { return "clustering"; }
   int64_t Score(CycleState&, const PodRequest& pod, const cluster::Node& node, GpuPick*) override {
     if (!pod.wants_gpu()) return 0;
-    const int64_t used = static_cast<int64_t>(max_gpu_) - node.gpu_free_milli_total();
-    const int64_t base = 25 * used / static_cast<int64_t>(max_gpu_);
+    // The paper's baseline measures every node against one cluster-wide maximum (8 GPUs);
+    // without that parameter a node is measured against its own capacity.
+    const int64_t cap = max_gpu_ > 0 ? static_cast<int64_t>(max_gpu_)
+                                     : static_cast<int64_t>(node.gpu_count()) * cluster::kMilliPerGpu;
+    if (cap <= 0) return 0;
+    const int64_t used = cap - node.gpu_free_milli_total();
+    const int64_t base = 25 * used / cap;
     const int tag = Tag(pod);
     bool has_same = false, has_other = false;
     for (int64_t uid : handle_->pods_on_node(node.id)) {
@@ -42,9 +47,9 @@ class GpuClustering final : public ScorePlugin {
 
 void RegisterGpuClustering(Registry& r) {
   (void)r.Register("clustering", [](const PluginArgs& a) -> StatusOr<std::unique_ptr<Plugin>> {
-    double gpu = 8000;
+    double gpu = 0;
     if (auto it = a.params.find("max_gpu_milli"); it != a.params.end()) gpu = it->second;
-    if (gpu <= 0) return InvalidArgumentError("clustering: max_gpu_milli must be positive");
+    if (gpu < 0) return InvalidArgumentError("clustering: max_gpu_milli must not be negative");
     return std::unique_ptr<Plugin>(new GpuClustering(a.handle, gpu));
   });
 }

@@ -15,7 +15,7 @@ class GpuPacking final : public ScorePlugin {
     const int n = node.gpu_count();
     int64_t fully_free = 0;
     for (const cluster::Gpu& g : node.gpus) fully_free += g.whole_free() ? 1 : 0;
-    if (fully_free == n) return std::max<int64_t>(33 - fully_free, fully_free);
+    if (fully_free == n) return std::max<int64_t>(33 - fully_free, 0);
     std::array<int, 64> order;
     std::iota(order.begin(), order.begin() + n, 0);
     std::stable_sort(order.begin(), order.begin() + n, [&](int a, int b) {

@@ -15,6 +15,7 @@ class GpuShare final : public FilterPlugin {
     if (pod.gpu_kind != GpuKind::kWhole && pod.gpu_kind != GpuKind::kFraction) {
       return PluginStatus::Ok();
     }
+    if (node.model < 0) return PluginStatus::Unresolvable("node has no GPU");
     const ModelFacts& facts = handle_->model_facts()[node.model];
     if (std::popcount(UsableGpus(pod, node, facts)) >= pod.gpu_count) return PluginStatus::Ok();
     if (pod.gpu_kind == GpuKind::kWhole) return PluginStatus::Unschedulable("insufficient free GPUs");

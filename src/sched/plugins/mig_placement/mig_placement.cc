@@ -11,6 +11,7 @@ class MigPlacement final : public FilterPlugin {
   std::string_view Name() const override { return "mig_placement"; }
   PluginStatus Filter(CycleState&, const PodRequest& pod, const cluster::Node& node) const override {
     if (pod.gpu_kind != GpuKind::kMig) return PluginStatus::Ok();
+    if (node.model < 0) return PluginStatus::Unresolvable("node has no GPU");
     const ModelFacts& facts = handle_->model_facts()[node.model];
     if (facts.mig == nullptr) return PluginStatus::Unresolvable("GPU model has no MIG");
     if (cluster::FindMigProfile(*facts.mig, pod.mig_profile) < 0) {

@@ -13,6 +13,7 @@ class NvlinkTopology final : public FilterPlugin {
     if (pod.topology != Topology::kNvlink || pod.gpu_count <= 1 || pod.gpu_kind != GpuKind::kWhole) {
       return PluginStatus::Ok();
     }
+    if (node.model < 0) return PluginStatus::Unresolvable("node has no GPU");
     if (!GpusFit(pod, node, handle_->model_facts()[node.model])) {
       return PluginStatus::Unschedulable("free GPUs not in one NVLink domain");
     }

@@ -14,6 +14,7 @@ class RackPower final : public FilterPlugin {
     if (node.rack < 0 || !pod.wants_gpu()) return PluginStatus::Ok();
     const cluster::Rack& rack = handle_->cluster().racks()[node.rack];
     if (rack.power_budget_kw <= 0) return PluginStatus::Ok();
+    if (node.model < 0) return PluginStatus::Unresolvable("node has no GPU");
     const double kw = PlacementPowerKw(pod, handle_->model_facts()[node.model]);
     if (rack.power_used_kw + kw > rack.power_budget_kw + 1e-9) {
       return PluginStatus::Unschedulable("rack power budget exceeded");

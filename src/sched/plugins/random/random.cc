@@ -12,7 +12,7 @@ class RandomScore final : public ScorePlugin {
   bool NodeLocal() const override { return false; }
   int64_t Score(CycleState& state, const PodRequest& pod, const cluster::Node& node,
                 GpuPick* pick) override {
-    if (pod.gpu_kind == GpuKind::kFraction) {
+    if (pod.gpu_kind == GpuKind::kFraction && node.model >= 0) {
       uint64_t usable = UsableGpus(pod, node, handle_->model_facts()[node.model]);
       uint64_t seen = 0;
       for (int i = 0; i < node.gpu_count(); ++i) {
