@@ -2,7 +2,7 @@
 // workload, mean ± std of GPU allocation at 130% arrived demand over seeds 42..51, next to the
 // paper's published means. Prints a Markdown table (bench/RESULTS.md quotes it).
 //
-//   build/bench/fgd_quality [--seeds 10] [--workloads default,cpu050] [--policies fgd,ours]
+//   build/bench/fgd_quality [--seeds 10] [--workloads default,cpu050] [--policies fgd,fgd_tiered]
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -37,7 +37,7 @@ const std::map<std::string, std::map<std::string, double>> kPaper = {
 int main(int argc, char** argv) {
   int seeds = 10;
   std::string workloads = "default,cpu050,gpushare40,gpuspec10,multigpu20";
-  std::string policies = "random,dotprod,clustering,packing,bestfit,fgd,ours";
+  std::string policies = "random,dotprod,clustering,packing,bestfit,fgd,fgd_tiered";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--seeds")) seeds = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--workloads")) workloads = argv[i + 1];

@@ -196,7 +196,28 @@ bool Scheduler::Evaluate(CycleState& state, const PodRequest& pod, const cluster
   return true;
 }
 
-bool Scheduler::IndexedBest(CycleState& state, const PodRequest& pod, Candidate* best) {
+std::string Scheduler::Unavailable(size_t nodes,
+                                   const std::vector<std::pair<const char*, int>>& counts) {
+  std::map<std::string_view, int> merged;
+  for (const auto& [r, n] : counts) {
+    if (n > 0) merged[r] += n;
+  }
+  std::vector<std::pair<int, std::string_view>> sorted;
+  for (const auto& [r, n] : merged) sorted.emplace_back(n, r);
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::string out = "0/" + std::to_string(nodes) + " nodes available";
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    out += (i == 0 ? ": " : ", ") + std::to_string(sorted[i].first) + " " +
+           std::string(sorted[i].second);
+  }
+  return out;
+}
+
+bool Scheduler::IndexedBest(CycleState& state, const PodRequest& pod, Candidate* best,
+                            bool* none_fit, std::string* reason) {
+  *none_fit = false;
   if (!memo_enabled_ || any_normalize_) return false;
   ShapeIndex& idx = index_[pod.shape];
   const auto& nodes = cluster_->nodes();
@@ -208,21 +229,41 @@ bool Scheduler::IndexedBest(CycleState& state, const PodRequest& pod, Candidate*
     for (size_t j = 0; j < scores_.size(); ++j) t += c.raw[j] * score_weights_[j];
     return t;
   };
+  auto count = [&](const char* why, int delta) {
+    if (why == nullptr) return;
+    for (auto& [r, n] : idx.reason_counts) {
+      if (r == why) {
+        n += delta;
+        return;
+      }
+    }
+    idx.reason_counts.emplace_back(why, delta);
+  };
   auto refresh = [&](int32_t id) {
     Candidate c;
     const char* why = nullptr;
     Code code = Code::kSuccess;
-    idx.tree.Set(id, Evaluate(state, pod, nodes[id], &c, &why, &code) ? total_of(c) : MaxTree::kNone);
+    const bool ok = Evaluate(state, pod, nodes[id], &c, &why, &code);
+    idx.tree.Set(id, ok ? total_of(c) : MaxTree::kNone);
+    count(idx.reason_of[id], -1);
+    idx.reason_of[id] = ok ? nullptr : why;
+    count(idx.reason_of[id], +1);
   };
   if (!idx.built || idx.tree.size() != nodes.size() || idx.log_pos < base) {
     idx.tree.Reset(nodes.size());
+    idx.reason_of.assign(nodes.size(), nullptr);
+    idx.reason_counts.clear();
     for (const cluster::Node& n : nodes) refresh(n.id);
     idx.built = true;
   } else {
     for (uint64_t pos = idx.log_pos; pos < end; ++pos) refresh(log[pos - base]);
   }
   idx.log_pos = end;
-  if (idx.tree.empty()) return false;
+  if (idx.tree.empty()) {
+    *none_fit = true;
+    *reason = Unavailable(nodes.size(), idx.reason_counts);
+    return false;
+  }
   const size_t id = options_.tie_break == SchedulerOptions::TieBreak::kFirst
                         ? idx.tree.First()
                         : idx.tree.Nth(static_cast<int64_t>(rng_.Uniform(idx.tree.ties())));
@@ -268,11 +309,19 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
   // 2. Filter and score. Fast path: the shape's index already knows the best node.
   if (restrict_nodes == nullptr) {
     Candidate best;
-    if (IndexedBest(state, pod, &best)) {
+    bool none_fit = false;
+    std::string why;
+    if (IndexedBest(state, pod, &best, &none_fit, &why)) {
       const cluster::Node& node = cluster_->nodes()[best.node];
       result.placed = true;
       result.node = best.node;
       result.alloc = MakeAllocation(pod, node, best.pick, facts_[node.model < 0 ? 0 : node.model]);
+      return result;
+    }
+    // Nothing fits and no post-filter could change that: the index already knows why.
+    if (none_fit && (post_filters_.empty() || !allow_preemption)) {
+      result.code = Code::kUnschedulable;
+      result.reason = std::move(why);
       return result;
     }
   }
@@ -303,18 +352,8 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
   }
   // 3. Post-filter (preemption) when nothing fits.
   if (candidates_.empty()) {
-    std::map<std::string_view, int> merged;
-    for (const auto& [r, n] : reasons) merged[r] += n;
-    std::vector<std::pair<int, std::string_view>> sorted;
-    for (const auto& [r, n] : merged) sorted.emplace_back(n, r);
-    std::sort(sorted.begin(), sorted.end(),
-              [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
     result.code = Code::kUnschedulable;
-    result.reason = "0/" + std::to_string(n_nodes) + " nodes available";
-    for (size_t i = 0; i < sorted.size(); ++i) {
-      result.reason += (i == 0 ? ": " : ", ") + std::to_string(sorted[i].first) + " " +
-                       std::string(sorted[i].second);
-    }
+    result.reason = Unavailable(n_nodes, reasons);
     if (!allow_preemption) return result;
     return PostFilterAndRetry(state, pod, summary, std::move(result));
   }

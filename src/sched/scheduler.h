@@ -107,7 +107,9 @@ class Scheduler final : public Handle {
   // The indexed fast path: the best node for `pod` from its shape's MaxTree, re-scoring only
   // the nodes that changed since. False when it does not apply or no node is feasible (the full
   // scan then runs and explains why).
-  bool IndexedBest(CycleState& state, const PodRequest& pod, Candidate* best);
+  // *none_fit is set when the index proves no node is feasible (then *reason explains why).
+  bool IndexedBest(CycleState& state, const PodRequest& pod, Candidate* best, bool* none_fit,
+                   std::string* reason);
   // Filters and scores one node; true when feasible.
   bool Evaluate(CycleState& state, const PodRequest& pod, const cluster::Node& node,
                 Candidate* out, const char** reason, Code* code);
@@ -146,7 +148,13 @@ class Scheduler final : public Handle {
     bool built = false;
     uint64_t log_pos = 0;  // cluster change log consumed up to here (absolute)
     MaxTree tree;          // total weighted score per node
+    // Why each node is infeasible (nullptr = feasible) and how many nodes give each reason, so
+    // an unschedulable answer needs no scan either.
+    std::vector<const char*> reason_of;
+    std::vector<std::pair<const char*, int>> reason_counts;
   };
+  // Kubernetes-style "0/N nodes available: ..." from reason counts.
+  static std::string Unavailable(size_t nodes, const std::vector<std::pair<const char*, int>>& counts);
   std::vector<ShapeIndex> index_;  // [shape]
 
   std::unordered_map<int64_t, Placed> placed_;

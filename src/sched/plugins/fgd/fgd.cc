@@ -111,11 +111,22 @@ class Fgd final : public ScorePlugin {
                 GpuPick* pick) override {
     const int64_t s = FgdScore(state, pod, node, pick);
     if (!tiered_) return s;
-    // Among placements FGD rates equal, small requests go to nodes already in use and
-    // multi-GPU requests to idle nodes, so idle nodes stay whole for the requests that need
-    // them.
-    const bool in_use = node.pods > 0;
-    return s * 2 + (in_use == (pod.gpu_count <= 1) ? 1 : 0);
+    return s * 512 + TieTier(pod, node);
+  }
+
+  // Orders placements FGD rates equal (0..300): a fractional request first goes where GPUs are
+  // already shared, then every request prefers a node already in use with the fewest whole idle
+  // GPUs, so idle GPUs stay together on few nodes and idle nodes stay whole.
+  static int64_t TieTier(const PodRequest& pod, const cluster::Node& node) {
+    int idle = 0;
+    bool shared = false;
+    for (const cluster::Gpu& g : node.gpus) {
+      idle += g.whole_free() ? 1 : 0;
+      shared = shared || (!g.mig_active() && g.free_milli > 0 && g.free_milli < cluster::kMilliPerGpu);
+    }
+    int64_t tier = (pod.gpu_kind == GpuKind::kFraction && shared) ? 200 : 0;
+    if (node.pods > 0) tier += 100 - std::min(idle, 99);
+    return tier;
   }
 
   int64_t FgdScore(CycleState&, const PodRequest& pod, const cluster::Node& node, GpuPick* pick) {

@@ -10,8 +10,9 @@
 //
 // Params: `resolution` (default 100: scores are truncated to integers 0..100 as in the
 // paper's artifact, so near-equal placements tie and the framework's tie-break decides);
-// `tiered` (default 0): among placements FGD rates equal, put requests of at most one GPU on
-// nodes already in use and multi-GPU requests on idle nodes. Policy `fgd_tiered` turns it on.
+// `tiered` (default 0): among placements FGD rates equal, a fractional request goes where GPUs
+// are already shared, then to a node already in use with the fewest whole idle GPUs (idle GPUs
+// stay together, idle nodes stay whole). Policy `fgd_tiered` turns it on.
 #pragma once
 
 #include <cstdint>
