@@ -43,38 +43,47 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--workloads")) workloads = argv[i + 1];
     if (!std::strcmp(argv[i], "--policies")) policies = argv[i + 1];
   }
+  if (seeds < 1 || seeds > 1000) return std::cerr << "--seeds must be 1..1000\n", 2;
   const std::string dir = std::string(AICLOUD_SOURCE_DIR) + "/data/traces/alibaba-gpu-v2023/";
-  std::cout << "| workload | policy | ours: mean ± std (%) | paper mean (%) | diff | s/run |\n"
-               "|---|---|---|---|---|---|\n";
+  std::cout << "| workload | policy | ours: mean ± std (%) | paper mean (%) | diff | seeds above fgd "
+               "(same seed) | s/run |\n|---|---|---|---|---|---|---|\n";
   for (const std::string& wl : Split(workloads)) {
     auto cluster = aicloud::cluster::LoadOpenbNodes(dir + "openb_node_list_gpu_node.csv");
     if (!cluster.ok()) return std::cerr << cluster.status().ToString() << "\n", 1;
     auto pods = aicloud::sim::LoadOpenbPods(dir + "openb_pod_list_" + wl + ".csv", &*cluster);
     if (!pods.ok()) return std::cerr << pods.status().ToString() << "\n", 1;
     aicloud::sim::FgdExperiment exp(*cluster, std::move(*pods), wl);
+    std::map<std::string, std::vector<double>> results;
+    std::map<std::string, double> seconds;
     for (const std::string& policy : Split(policies)) {
-      std::vector<double> v;
-      double secs = 0;
       for (int s = 0; s < seeds; ++s) {
         aicloud::sim::FgdConfig cfg;
         cfg.policy = policy;
         cfg.seed = 42 + s;
         auto run = exp.Run(cfg);
         if (!run.ok()) return std::cerr << run.status().ToString() << "\n", 1;
-        v.push_back(run->final_allocation_pct);
-        secs += run->schedule_seconds;
+        results[policy].push_back(run->final_allocation_pct);
+        seconds[policy] += run->schedule_seconds / seeds;
       }
+    }
+    for (const std::string& policy : Split(policies)) {
+      const std::vector<double>& v = results[policy];
       double mean = 0, var = 0;
       for (double x : v) mean += x / static_cast<double>(v.size());
       for (double x : v) var += (x - mean) * (x - mean) / static_cast<double>(v.size());
       auto w = kPaper.find(wl);
-      std::string paper = "-", diff = "-";
+      std::string paper = "-", diff = "-", wins = "-";
       if (w != kPaper.end() && w->second.count(policy)) {
         paper = fmt::format("{:.2f}", w->second.at(policy));
         diff = fmt::format("{:+.2f}", mean - w->second.at(policy));
       }
-      std::cout << fmt::format("| {} | {} | {:.2f} ± {:.2f} | {} | {} | {:.3f} |\n", wl, policy, mean,
-                               std::sqrt(var), paper, diff, secs / seeds)
+      if (policy != "fgd" && results.count("fgd")) {
+        int above = 0;
+        for (size_t i = 0; i < v.size(); ++i) above += v[i] > results["fgd"][i] ? 1 : 0;
+        wins = fmt::format("{}/{}", above, v.size());
+      }
+      std::cout << fmt::format("| {} | {} | {:.2f} ± {:.2f} | {} | {} | {} | {:.3f} |\n", wl, policy,
+                               mean, std::sqrt(var), paper, diff, wins, seconds[policy])
                 << std::flush;
     }
   }

@@ -112,6 +112,18 @@ Status Cluster::Allocate(const Allocation& a) {
     }
     r.power_used_kw += a.power_kw;
   }
+  Apply(a);
+  return OkStatus();
+}
+
+void Cluster::Restore(const Allocation& a) {
+  Node& n = nodes_[a.node];
+  if (n.rack >= 0 && a.power_kw > 0) racks_[n.rack].power_used_kw += a.power_kw;
+  Apply(a);
+}
+
+void Cluster::Apply(const Allocation& a) {
+  Node& n = nodes_[a.node];
   n.cpu_free_milli -= a.cpu_milli;
   n.mem_free_mib -= a.mem_mib;
   for (const GpuShare& s : a.gpus) {
@@ -131,7 +143,6 @@ Status Cluster::Allocate(const Allocation& a) {
   ++n.pods;
   ++n.version;
   change_log_.push_back(n.id);
-  return OkStatus();
 }
 
 void Cluster::Release(const Allocation& a) {

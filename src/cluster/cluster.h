@@ -48,6 +48,10 @@ class Cluster {
   Status Allocate(const Allocation& a);
   // Returns what Allocate took. REQUIRES: `a` was allocated and not yet released.
   void Release(const Allocation& a);
+  // Re-applies an allocation that was just released, without admission checks (a rack budget
+  // lowered in between must not turn an undo into a failure). REQUIRES: `a` was allocated,
+  // then released, and nothing was placed on its GPUs since.
+  void Restore(const Allocation& a);
 
   // Records that a node's schedulable fields changed outside Allocate/Release (cordon, taints,
   // labels): bumps its version and logs it. Every such change must go through here so caches
@@ -73,6 +77,8 @@ class Cluster {
   std::unordered_map<std::string, int32_t> node_index_;
   std::vector<Rack> racks_;
   std::unordered_map<std::string, int32_t> rack_index_;
+  void Apply(const Allocation& a);
+
   std::vector<int32_t> change_log_;
   uint64_t change_log_base_ = 0;
 };

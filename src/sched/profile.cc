@@ -3,8 +3,8 @@
 namespace aicloud::sched {
 
 std::vector<PluginConfig> DefaultFilters() {
-  return {{"node_unschedulable"}, {"lane_taints"},   {"resource_fit"},   {"gpu_model"},
-          {"gpu_share"},          {"mig_placement"}, {"nvlink_topology"}};
+  return {{"node_unschedulable"}, {"lane_taints"},   {"resource_fit"},    {"gpu_model"},
+          {"gpu_share"},          {"mig_placement"}, {"nvlink_topology"}, {"rack_power"}};
 }
 
 namespace {

@@ -25,7 +25,7 @@ struct Profile {
 };
 
 // The filters every profile starts with: node_unschedulable, lane_taints, resource_fit,
-// gpu_model, gpu_share, mig_placement, nvlink_topology.
+// gpu_model, gpu_share, mig_placement, nvlink_topology, rack_power.
 std::vector<PluginConfig> DefaultFilters();
 
 // Default filters + one placement policy's score plugin. Policies: fgd, bestfit, packing,

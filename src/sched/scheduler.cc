@@ -1,6 +1,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -25,7 +26,58 @@ struct Scheduler::MemoEntry {
 
 namespace {
 const std::vector<int64_t> kNoPods;
+const ModelFacts kNoFacts;
+constexpr size_t kMaxShapes = 4096;
 }  // namespace
+
+const ModelFacts& Scheduler::FactsOf(const cluster::Node& node) const {
+  if (node.model < 0 || static_cast<size_t>(node.model) >= facts_.size()) return kNoFacts;
+  return facts_[node.model];
+}
+
+std::string Scheduler::Validate(const PodRequest& p) {
+  if (p.cpu_milli < 0 || p.mem_mib < 0) return "negative CPU or memory request";
+  switch (p.gpu_kind) {
+    case GpuKind::kNone:
+      return "";
+    case GpuKind::kWhole:
+      if (p.gpu_count < 1 || p.gpu_count > 64) return "whole-GPU count must be 1..64";
+      if (p.gpu_milli != cluster::kMilliPerGpu) return "whole GPUs take 1000 milli each";
+      return "";
+    case GpuKind::kFraction:
+      if (p.gpu_count != 1) return "a fractional share is on exactly one GPU";
+      if (p.gpu_milli < 1 || p.gpu_milli >= cluster::kMilliPerGpu) return "a fraction must be 1..999 milli";
+      if (p.gpu_mem_mib < 0) return "negative GPU memory cap";
+      return "";
+    case GpuKind::kMig:
+      if (p.gpu_count != 1 || p.mig_profile.empty()) return "a MIG request names one profile";
+      return "";
+  }
+  return "unknown GPU request kind";
+}
+
+void Scheduler::PrepareCycle() {
+  if (facts_.size() != cluster_->models().size()) RefreshModelFacts();
+  if (pods_on_node_.size() < cluster_->nodes().size()) pods_on_node_.resize(cluster_->nodes().size());
+}
+
+void Scheduler::MaybeTrimChangeLog() {
+  const auto& log = cluster_->change_log();
+  const size_t n = cluster_->nodes().size();
+  if (log.size() < 4 * n + 4096) return;
+  // Shapes that fell more than a cluster's worth behind rebuild on next use anyway.
+  const uint64_t end = cluster_->change_log_base() + log.size();
+  uint64_t keep = end;
+  for (ShapeIndex& idx : index_) {
+    if (!idx.built) continue;
+    if (end - idx.log_pos > n) {
+      idx.built = false;
+    } else {
+      keep = std::min(keep, idx.log_pos);
+    }
+  }
+  cluster_->TrimChangeLog(keep);
+}
 
 Scheduler::Scheduler(cluster::Cluster* cluster, Profile profile, SchedulerOptions options)
     : cluster_(cluster), profile_(std::move(profile)), options_(std::move(options)),
@@ -84,6 +136,11 @@ Status Scheduler::Init(const Registry& registry) {
     }
     if (auto* x = dynamic_cast<PostFilterPlugin*>(raw)) post_filters_.push_back(x), used = true;
     if (auto* x = dynamic_cast<ScorePlugin*>(raw)) {
+      if (scores_.size() >= static_cast<size_t>(kMaxMemoScores)) {
+        return InvalidArgumentError("profile " + profile_.name + ": at most " +
+                                    std::to_string(kMaxMemoScores) + " score plugins (" + pc.name +
+                                    " is one too many)");
+      }
       if (pc.weight <= 0) {
         return InvalidArgumentError("profile " + profile_.name + ": plugin " + pc.name +
                                     ": weight must be positive");
@@ -135,7 +192,14 @@ int32_t Scheduler::InternShape(const PodRequest& p) {
   for (const Toleration& t : p.tolerations) {
     key += t.key + '=' + (t.op_exists ? std::string("*") : t.value) + ':' + t.effect + ';';
   }
-  auto [it, inserted] = shape_index_.emplace(std::move(key), static_cast<int32_t>(memo_.size()));
+  if (shape_index_.size() >= kMaxShapes) {
+    // A bounded cache: start over rather than grow without limit on an endless variety of
+    // request shapes.
+    shape_index_.clear();
+    memo_.clear();
+    index_.clear();
+  }
+  auto [it, inserted] = shape_index_.emplace(std::move(key), static_cast<int32_t>(shape_index_.size()));
   if (inserted && memo_enabled_) {
     memo_.emplace_back();
     index_.emplace_back();
@@ -185,7 +249,7 @@ bool Scheduler::Evaluate(CycleState& state, const PodRequest& pod, const cluster
     if (out->pick.empty() && !pick.empty()) out->pick = pick;
   }
   if (out->pick.empty() && pod.wants_gpu()) {
-    out->pick = DefaultPick(pod, node, facts_[node.model < 0 ? 0 : node.model]);
+    out->pick = DefaultPick(pod, node, FactsOf(node));
   }
   if (memo != nullptr) {
     memo->version_plus_one = node.version + 1;
@@ -315,7 +379,7 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
       const cluster::Node& node = cluster_->nodes()[best.node];
       result.placed = true;
       result.node = best.node;
-      result.alloc = MakeAllocation(pod, node, best.pick, facts_[node.model < 0 ? 0 : node.model]);
+      result.alloc = MakeAllocation(pod, node, best.pick, FactsOf(node));
       return result;
     }
     // Nothing fits and no post-filter could change that: the index already knows why.
@@ -390,7 +454,7 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
   const cluster::Node& node = nodes[chosen.node];
   result.placed = true;
   result.node = chosen.node;
-  result.alloc = MakeAllocation(pod, node, chosen.pick, facts_[node.model < 0 ? 0 : node.model]);
+  result.alloc = MakeAllocation(pod, node, chosen.pick, FactsOf(node));
   return result;
 }
 
@@ -399,14 +463,45 @@ ScheduleResult Scheduler::PostFilterAndRetry(CycleState& state, PodRequest& pod,
                                              ScheduleResult unschedulable) {
   for (PostFilterPlugin* p : post_filters_) {
     PostFilterResult pf = p->PostFilter(state, pod, summary);
-    if (pf.status.ok() && pf.nominated_node >= 0) {
-      std::vector<int64_t> evicted;
-      for (int64_t v : pf.victims) Evict(v, &evicted);
-      std::vector<int32_t> only{pf.nominated_node};
-      ScheduleResult retry = Cycle(state, pod, &only, false);
-      retry.preempted = std::move(evicted);
-      return retry;
+    if (!pf.status.ok() || pf.nominated_node < 0) continue;
+    // Victims leave whole gangs at a time. Take them off the node first and commit the
+    // eviction only if the pod then really fits; otherwise everything goes back.
+    std::vector<int64_t> victims;
+    for (int64_t v : pf.victims) {
+      const Placed* pl = placed(v);
+      if (pl == nullptr) continue;
+      std::vector<int64_t> unit = pl->pod.gang.name.empty() ? std::vector<int64_t>{v}
+                                                            : gang_members(pl->pod.gang.name);
+      for (int64_t u : unit) {
+        if (std::find(victims.begin(), victims.end(), u) == victims.end()) victims.push_back(u);
+      }
     }
+    // Suspended victims also give back what reserve plugins accounted (quota), as a real
+    // eviction would, so the retry sees the room they leave.
+    for (int64_t v : victims) {
+      SuspendPod(v);
+      const Placed* pl = placed(v);
+      for (ReservePlugin* rp : reserves_) rp->Unreserve(state, pl->pod, pl->alloc);
+    }
+    std::vector<int32_t> only{pf.nominated_node};
+    ScheduleResult retry = Cycle(state, pod, &only, false);
+    if (!retry.placed) {
+      for (int64_t v : victims) {
+        ResumePod(v);
+        const Placed* pl = placed(v);
+        for (ReservePlugin* rp : reserves_) (void)rp->Reserve(state, pl->pod, pl->alloc);
+      }
+      continue;
+    }
+    // Commit: forget the victims without refunding a second time.
+    for (int64_t v : victims) {
+      const Placed* pl = placed(v);
+      for (ReservePlugin* rp : reserves_) (void)rp->Reserve(state, pl->pod, pl->alloc);
+    }
+    for (int64_t v : victims) {
+      if (Remove(v).ok()) retry.preempted.push_back(v);
+    }
+    return retry;
   }
   return unschedulable;
 }
@@ -424,13 +519,25 @@ Status Scheduler::Bind(PodRequest& pod, const cluster::Allocation& alloc, CycleS
 }
 
 ScheduleResult Scheduler::ScheduleOne(PodRequest pod) {
+  if (pod.uid < 0 || pod.uid == std::numeric_limits<int64_t>::max()) {
+    ScheduleResult r;
+    r.code = Code::kError;
+    r.reason = "pod uid " + std::to_string(pod.uid) + " is out of range";
+    return r;
+  }
   if (pod.uid == 0) pod.uid = next_uid_++;
   next_uid_ = std::max(next_uid_, pod.uid + 1);
-  if (pods_on_node_.size() < cluster_->nodes().size()) pods_on_node_.resize(cluster_->nodes().size());
+  PrepareCycle();
   if (placed_.count(pod.uid)) {
     ScheduleResult r;
     r.code = Code::kError;
     r.reason = "pod uid " + std::to_string(pod.uid) + " is already placed";
+    return r;
+  }
+  if (std::string bad = Validate(pod); !bad.empty()) {
+    ScheduleResult r;
+    r.code = Code::kUnresolvable;
+    r.reason = "invalid request " + pod.name + ": " + bad;
     return r;
   }
   pod.shape = InternShape(pod);
@@ -477,6 +584,7 @@ ScheduleResult Scheduler::ScheduleOne(PodRequest pod) {
     r.code = Code::kError;
     r.reason = st.message();
   }
+  MaybeTrimChangeLog();
   return r;
 }
 
@@ -486,8 +594,12 @@ GangResult Scheduler::ScheduleGang(std::vector<PodRequest> members) {
     g.reason = "gang has no members";
     return g;
   }
-  if (pods_on_node_.size() < cluster_->nodes().size()) pods_on_node_.resize(cluster_->nodes().size());
+  PrepareCycle();
   const std::string gang = members[0].gang.name;
+  if (gang.empty() || gangs_.count(gang)) {
+    g.reason = gang.empty() ? "gang has no name" : "gang " + gang + " already has placed members";
+    return g;
+  }
   const int min_available = std::max(1, std::min<int>(members[0].gang.min_available,
                                                       static_cast<int>(members.size())));
   const Topology topo = members[0].topology;
@@ -495,7 +607,12 @@ GangResult Scheduler::ScheduleGang(std::vector<PodRequest> members) {
   for (PodRequest& m : members) {
     if (m.uid == 0) m.uid = next_uid_++;
     next_uid_ = std::max(next_uid_, m.uid + 1);
-    if (placed_.count(m.uid) || !uids.insert(m.uid).second) {
+    if (std::string bad = Validate(m); !bad.empty()) {
+      g.reason = "gang " + gang + ": invalid request " + m.name + ": " + bad;
+      return g;
+    }
+    if (m.uid < 0 || m.uid == std::numeric_limits<int64_t>::max() || placed_.count(m.uid) ||
+        !uids.insert(m.uid).second) {
       g.reason = "gang " + gang + ": pod uid " + std::to_string(m.uid) +
                  " is already placed or named twice";
       return g;
@@ -547,8 +664,12 @@ GangResult Scheduler::ScheduleGang(std::vector<PodRequest> members) {
     for (; i < members.size(); ++i) {
       PodRequest& m = members[i];
       ScheduleResult r = Cycle(state, m, domain.empty() ? nullptr : &domain, false);
-      if (!r.placed || !cluster_->Allocate(r.alloc).ok()) {
+      if (!r.placed) {
         last_reason = r.reason;
+        break;
+      }
+      if (Status st = cluster_->Allocate(r.alloc); !st.ok()) {
+        last_reason = "reserve: " + st.message();
         break;
       }
       bool reserve_ok = true;
@@ -657,10 +778,9 @@ void Scheduler::SuspendPod(int64_t uid) {
 void Scheduler::ResumePod(int64_t uid) {
   auto it = placed_.find(uid);
   if (it == placed_.end() || !suspended_.count(uid)) return;
-  // Resuming what was just released cannot fail unless a caller placed something in between,
-  // which the preemption contract forbids.
-  Status st = cluster_->Allocate(it->second.alloc);
-  if (!st.ok()) std::abort();
+  // Puts back exactly what SuspendPod took, without admission checks: a budget lowered in the
+  // meantime must not turn an undo into a failure.
+  cluster_->Restore(it->second.alloc);
   suspended_.erase(uid);
 }
 

@@ -104,6 +104,14 @@ class Scheduler final : public Handle {
   Status Init(const Registry& registry);
 
   int32_t InternShape(const PodRequest& pod);
+  // Facts of a node's GPU model; empty facts for CPU-only nodes and unknown models.
+  const ModelFacts& FactsOf(const cluster::Node& node) const;
+  // Empty when the request is well-formed, else what is wrong with it.
+  static std::string Validate(const PodRequest& pod);
+  // Catches up with models and nodes added to the cluster since the last cycle.
+  void PrepareCycle();
+  // Drops change-log entries every shape index has consumed.
+  void MaybeTrimChangeLog();
   // The indexed fast path: the best node for `pod` from its shape's MaxTree, re-scoring only
   // the nodes that changed since. False when it does not apply or no node is feasible (the full
   // scan then runs and explains why).

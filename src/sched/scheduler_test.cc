@@ -235,6 +235,9 @@ Trace RunWorkload(const std::string& policy, bool memoize, SchedulerOptions::Tie
                   uint64_t seed) {
   Rng rng(seed);
   cluster::Cluster c = RandomCluster(rng, 24);
+  // A rack power budget is state shared by the rack's nodes, which turns the memo off; this
+  // comparison is about the memo, so budgets go (RackBudgetTurnsTheMemoOff covers them).
+  for (cluster::Rack& r : c.racks()) r.power_budget_kw = 0;
   std::vector<PodRequest> pods;
   for (int i = 0; i < 500; ++i) pods.push_back(RandomPod(rng));
   SchedulerOptions opts;
@@ -284,8 +287,9 @@ void ExpectSameTrace(const std::string& policy, SchedulerOptions::TieBreak tie, 
 }
 
 // The tie-break rule is deterministic: any difference is the memo answering wrongly.
+// (clustering reads other pods, so it is not node-local and never memoised.)
 TEST(SchedulerTest, MemoizedAndUnmemoizedPlaceIdenticallyWithFirstTieBreak) {
-  for (const char* policy : {"fgd", "bestfit", "packing", "spread", "clustering", "dotprod"}) {
+  for (const char* policy : {"fgd", "fgd_tiered", "bestfit", "packing", "spread", "dotprod"}) {
     ExpectSameTrace(policy, SchedulerOptions::TieBreak::kFirst, 17);
   }
 }
@@ -294,7 +298,7 @@ TEST(SchedulerTest, MemoizedAndUnmemoizedPlaceIdenticallyWithFirstTieBreak) {
 // scan once per tie (reservoir sampling), so the two may pick different but equally good
 // nodes. Each path must still repeat exactly for a seed, and differ across seeds.
 TEST(SchedulerTest, RandomTieBreakRepeatsPerSeedOnBothPaths) {
-  for (const char* policy : {"fgd", "bestfit", "packing", "spread", "clustering", "dotprod"}) {
+  for (const char* policy : {"fgd", "fgd_tiered", "bestfit", "packing", "spread", "dotprod"}) {
     SCOPED_TRACE(policy);
     for (bool memo : {true, false}) {
       const Trace a = RunWorkload(policy, memo, SchedulerOptions::TieBreak::kRandom, 17);
@@ -564,10 +568,27 @@ TEST(SchedulerTest, UnknownPolicyAndPluginAreNamed) {
       << s.status().message();
 }
 
+TEST(SchedulerTest, RackBudgetTurnsTheMemoOff) {
+  Rng rng(5);
+  cluster::Cluster with_budget = RandomCluster(rng, 8);
+  cluster::Cluster without = with_budget;
+  bool any = false;
+  for (const cluster::Rack& r : with_budget.racks()) any = any || r.power_budget_kw > 0;
+  ASSERT_TRUE(any) << "RandomCluster must give some rack a budget";
+  for (cluster::Rack& r : without.racks()) r.power_budget_kw = 0;
+  SchedulerOptions opts;
+  opts.workload.shapes.push_back({1000, 1000, 1, {}, 1.0});
+  std::unique_ptr<Scheduler> a = MakeScheduler(&with_budget, "fgd", opts);
+  std::unique_ptr<Scheduler> b = MakeScheduler(&without, "fgd", opts);
+  ASSERT_TRUE(a && b);
+  EXPECT_FALSE(a->memoized());
+  EXPECT_TRUE(b->memoized());
+}
+
 TEST(SchedulerTest, PolicyProfilesAreTheDefaultFiltersPlusOneScore) {
   const std::vector<std::string> filters = {"node_unschedulable", "lane_taints", "resource_fit",
                                             "gpu_model",          "gpu_share",   "mig_placement",
-                                            "nvlink_topology"};
+                                            "nvlink_topology",    "rack_power"};
   StatusOr<Profile> p = PolicyProfile("fgd");
   ASSERT_TRUE(p.ok());
   ASSERT_EQ(p->plugins.size(), filters.size() + 1);

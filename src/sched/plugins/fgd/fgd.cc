@@ -114,9 +114,10 @@ class Fgd final : public ScorePlugin {
     return s * 512 + TieTier(pod, node);
   }
 
-  // Orders placements FGD rates equal (0..300): a fractional request first goes where GPUs are
-  // already shared, then every request prefers a node already in use with the fewest whole idle
-  // GPUs, so idle GPUs stay together on few nodes and idle nodes stay whole.
+  // Orders placements FGD rates equal (0..400): a fractional request first goes where GPUs are
+  // already shared; a whole-GPU request that takes exactly the node's idle GPUs strands none;
+  // then every request prefers a node already in use with the fewest whole idle GPUs, so idle
+  // GPUs stay together on few nodes and idle nodes stay whole.
   static int64_t TieTier(const PodRequest& pod, const cluster::Node& node) {
     int idle = 0;
     bool shared = false;
@@ -125,6 +126,7 @@ class Fgd final : public ScorePlugin {
       shared = shared || (!g.mig_active() && g.free_milli > 0 && g.free_milli < cluster::kMilliPerGpu);
     }
     int64_t tier = (pod.gpu_kind == GpuKind::kFraction && shared) ? 200 : 0;
+    if (pod.gpu_kind == GpuKind::kWhole && idle == pod.gpu_count) tier += 100;
     if (node.pods > 0) tier += 100 - std::min(idle, 99);
     return tier;
   }
@@ -141,7 +143,7 @@ class Fgd final : public ScorePlugin {
     if (pod.gpu_kind == GpuKind::kFraction) {
       int64_t best = -1;
       int best_gpu = -1;
-      uint32_t tried = 0;  // GPUs with equal free share give equal scores: try each value once
+      uint64_t tried = 0;  // GPUs with equal free share give equal scores: try each value once
       for (int i = 0; i < n; ++i) {
         const cluster::Gpu& g = node.gpus[i];
         if (g.mig_active() || g.free_milli < pod.gpu_milli || g.mem_free_mib < pod.gpu_mem_mib) continue;
@@ -151,7 +153,7 @@ class Fgd final : public ScorePlugin {
                  node.gpus[j].mem_free_mib == g.mem_free_mib;
         }
         if (seen) continue;
-        if (i < 32) tried |= 1u << i;
+        tried |= uint64_t{1} << i;
         free[i] -= pod.gpu_milli;
         double after = model_.Of(cpu_after, view, node.model);
         free[i] += pod.gpu_milli;

@@ -11,8 +11,9 @@
 // Params: `resolution` (default 100: scores are truncated to integers 0..100 as in the
 // paper's artifact, so near-equal placements tie and the framework's tie-break decides);
 // `tiered` (default 0): among placements FGD rates equal, a fractional request goes where GPUs
-// are already shared, then to a node already in use with the fewest whole idle GPUs (idle GPUs
-// stay together, idle nodes stay whole). Policy `fgd_tiered` turns it on.
+// are already shared, a whole-GPU request to a node whose idle GPUs it takes exactly, then any
+// request to a node already in use with the fewest whole idle GPUs (idle GPUs stay together,
+// idle nodes stay whole). Policy `fgd_tiered` turns it on.
 #pragma once
 
 #include <cstdint>

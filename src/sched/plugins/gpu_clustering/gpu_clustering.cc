@@ -14,6 +14,8 @@ class GpuClustering final : public ScorePlugin {
  public:
   GpuClustering(Handle* h, double max_gpu) : handle_(h), max_gpu_(max_gpu) {}
   std::string_view Name() const override { return "clustering"; }
+  // Reads the other pods on a node, which a gang's members change between reserve and bind.
+  bool NodeLocal() const override { return false; }
   int64_t Score(CycleState&, const PodRequest& pod, const cluster::Node& node, GpuPick*) override {
     if (!pod.wants_gpu()) return 0;
     // The paper's baseline measures every node against one cluster-wide maximum (8 GPUs);

@@ -101,12 +101,12 @@ class QuotaSchedTest : public ::testing::Test {
     const int64_t uid = pod.uid;
     for (cluster::Node& n : cluster_.nodes()) {
       n.unschedulable = n.id != node;
-      ++n.version;
+      cluster_.Touch(n.id);
     }
     ScheduleResult r = sched_->ScheduleOne(std::move(pod));
     for (cluster::Node& n : cluster_.nodes()) {
       n.unschedulable = false;
-      ++n.version;
+      cluster_.Touch(n.id);
     }
     EXPECT_TRUE(r.placed) << r.reason;
     EXPECT_EQ(r.node, node);

@@ -7,9 +7,13 @@ namespace {
 
 class RackPower final : public FilterPlugin {
  public:
-  explicit RackPower(Handle* h) : handle_(h) {}
+  explicit RackPower(Handle* h) : handle_(h) {
+    for (const cluster::Rack& r : h->cluster().racks()) budgets_ = budgets_ || r.power_budget_kw > 0;
+  }
   std::string_view Name() const override { return "rack_power"; }
-  bool NodeLocal() const override { return false; }
+  // A rack budget is shared by its nodes, so answers are node-local only when no rack has one
+  // (decided when the scheduler is built: set budgets before creating it).
+  bool NodeLocal() const override { return !budgets_; }
   PluginStatus Filter(CycleState&, const PodRequest& pod, const cluster::Node& node) const override {
     if (node.rack < 0 || !pod.wants_gpu()) return PluginStatus::Ok();
     const cluster::Rack& rack = handle_->cluster().racks()[node.rack];
@@ -24,6 +28,7 @@ class RackPower final : public FilterPlugin {
 
  private:
   Handle* handle_;
+  bool budgets_ = false;
 };
 
 }  // namespace
