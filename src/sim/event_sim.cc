@@ -474,23 +474,33 @@ StatusOr<EventRun> EventSim::Run(const EventConfig& config) const {
     return InvalidArgumentError("time scale must be in (0, 1000], got " +
                                 std::to_string(config.time_scale));
   }
-  if (!(config.sample_every_seconds > 0)) {
-    return InvalidArgumentError("sample interval must be positive, got " +
-                                std::to_string(config.sample_every_seconds));
-  }
-  if (!std::isfinite(config.max_wait_seconds)) {
-    return InvalidArgumentError("max wait must be a finite number of seconds");
-  }
   // 2^63 us is ~292,000 years; this bound keeps every scaled time far inside it.
   constexpr int64_t kMaxTraceSeconds = int64_t{1} << 40;
+  constexpr double kMaxSamples = 1e6;
+  if (!(config.sample_every_seconds >= 1) || config.sample_every_seconds > kMaxTraceSeconds) {
+    return InvalidArgumentError("sample interval must be 1 s or more, got " +
+                                std::to_string(config.sample_every_seconds));
+  }
+  if (!std::isfinite(config.max_wait_seconds) || config.max_wait_seconds > kMaxTraceSeconds) {
+    return InvalidArgumentError("max wait must be a finite number of seconds up to 2^40");
+  }
+  double span = 0;
   for (const TracePod& tp : pods_) {
     if (tp.creation_time < 0 || tp.deletion_time < tp.creation_time) {
       return InvalidArgumentError("pod " + tp.pod.name +
                                   " has no creation_time/deletion_time (or deletion < creation)");
     }
-    if (tp.deletion_time > kMaxTraceSeconds) {
-      return InvalidArgumentError("pod " + tp.pod.name + ": deletion_time out of range");
+    if (tp.deletion_time > kMaxTraceSeconds ||
+        static_cast<double>(tp.creation_time) * config.time_scale > kMaxTraceSeconds) {
+      return InvalidArgumentError("pod " + tp.pod.name + ": time out of range at this time scale");
     }
+    span = std::max(span, static_cast<double>(tp.creation_time) * config.time_scale +
+                              static_cast<double>(tp.deletion_time - tp.creation_time));
+  }
+  if (span / config.sample_every_seconds > kMaxSamples) {
+    return InvalidArgumentError("a sample every " + std::to_string(config.sample_every_seconds) +
+                                " s over " + std::to_string(static_cast<int64_t>(span)) +
+                                " s of trace is more than a million points; raise the interval");
   }
   sched::Profile profile;
   if (config.profile != nullptr) {

@@ -318,5 +318,29 @@ TEST(EventSimTest, RejectsBadConfigAndUntimedPods) {
   EXPECT_NE(r.status().message().find("pod a"), std::string::npos);
 }
 
+TEST(EventSimTest, RejectsTimesAndSamplingThatWouldOverflowOrExplode) {
+  cluster::Cluster c = OneNode(1);
+  std::vector<TracePod> pods = Pods({"a,1,1000,0,100"}, &c);
+  pods[0].creation_time = int64_t{1} << 39;
+  pods[0].deletion_time = (int64_t{1} << 39) + 10;
+  EventSim far(c, pods, "tiny");
+  EventConfig cfg;
+  cfg.time_scale = 1000;  // 2^39 s x 1000 would overflow microseconds
+  StatusOr<EventRun> r = far.Run(cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("time out of range"), std::string::npos);
+  cfg = {};
+  cfg.sample_every_seconds = 1;  // 2^39 s of trace at 1 s would be 5e11 samples
+  r = far.Run(cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than a million points"), std::string::npos);
+  cfg = {};
+  cfg.sample_every_seconds = 1e-6;
+  EXPECT_FALSE(far.Run(cfg).ok());
+  cfg = {};
+  cfg.max_wait_seconds = 1e300;
+  EXPECT_FALSE(far.Run(cfg).ok());
+}
+
 }  // namespace
 }  // namespace aicloud::sim
