@@ -7,6 +7,7 @@
 namespace aicloud::cli {
 
 void AddSimulate(CLI::App& app, int* exit_code);
+void AddInventory(CLI::App& app, int* exit_code);
 // `simulate events`, registered on the `simulate` subcommand by AddSimulate.
 void AddSimulateEvents(CLI::App& simulate, int* exit_code);
 

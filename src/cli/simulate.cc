@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cluster/openb.h"
+#include "cluster/load_nodes.h"
 #include "sched/profile.h"
 #include "sim/fgd_experiment.h"
 #include "sim/plot.h"
@@ -60,7 +60,7 @@ std::string WorkloadName(const std::string& path) {
 }
 
 int RunSimulateFgd(const SimulateFgdOptions& o) {
-  StatusOr<cluster::Cluster> cluster = cluster::LoadOpenbNodes(o.nodes);
+  StatusOr<cluster::Cluster> cluster = cluster::LoadNodes(o.nodes);
   if (!cluster.ok()) {
     std::cerr << "error: " << cluster.status().message() << "\n";
     return 2;
@@ -159,7 +159,7 @@ void AddSimulate(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<SimulateFgdOptions>();
   CLI::App* fgd = sim->add_subcommand(
       "fgd", "The FGD paper's experiment: fill the cluster to --inflate x its GPUs, no departures");
-  fgd->add_option("--nodes", o->nodes, "Node list CSV (openb format)")->capture_default_str();
+  fgd->add_option("--nodes", o->nodes, "Node list: openb CSV, or an inventory YAML (.yaml)")->capture_default_str();
   fgd->add_option("--pods", o->pods, "Pod list CSV (openb format)")->capture_default_str();
   fgd->add_option("--policy", o->policies,
                   "Placement policy, or several separated by commas: " +

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "cluster/openb.h"
+#include "cluster/load_nodes.h"
 #include "sched/profile.h"
 #include "sim/event_sim.h"
 #include "sim/plot.h"
@@ -63,7 +63,7 @@ Status WriteAllocationPlot(const std::vector<sim::EventRun>& runs, const std::st
 }
 
 int RunSimulateEvents(const SimulateEventsOptions& o) {
-  StatusOr<cluster::Cluster> cluster = cluster::LoadOpenbNodes(o.nodes);
+  StatusOr<cluster::Cluster> cluster = cluster::LoadNodes(o.nodes);
   if (!cluster.ok()) {
     std::cerr << "error: " << cluster.status().message() << "\n";
     return 2;
@@ -126,7 +126,7 @@ void AddSimulateEvents(CLI::App& simulate, int* exit_code) {
   CLI::App* ev = simulate.add_subcommand(
       "events", "Replay pod arrivals and departures on a simulated clock: queue waits and GPU "
                 "allocation over time");
-  ev->add_option("--nodes", o->nodes, "Node list CSV (openb format)")->capture_default_str();
+  ev->add_option("--nodes", o->nodes, "Node list: openb CSV, or an inventory YAML (.yaml)")->capture_default_str();
   ev->add_option("--pods", o->pods, "Pod list CSV with creation_time and deletion_time")
       ->capture_default_str();
   ev->add_option("--policy", o->policies,
