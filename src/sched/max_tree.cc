@@ -10,6 +10,10 @@ void MaxTree::Reset(size_t n) {
   cnt_.assign(2 * leaves_, 0);
 }
 
+void MaxTree::Build() {
+  for (size_t p = leaves_ - 1; p >= 1; --p) Pull(p);
+}
+
 void MaxTree::Pull(size_t i) {
   const size_t l = 2 * i, r = 2 * i + 1;
   if (val_[l] > val_[r]) {
@@ -29,7 +33,12 @@ void MaxTree::Set(size_t i, int64_t value) {
   if (val_[p] == value) return;
   val_[p] = value;
   cnt_[p] = value == kNone ? 0 : 1;
-  for (p >>= 1; p >= 1; p >>= 1) Pull(p);
+  for (p >>= 1; p >= 1; p >>= 1) {
+    const int64_t old_val = val_[p], old_cnt = cnt_[p];
+    Pull(p);
+    // Ancestors only see this node's (max, count): unchanged here means unchanged above.
+    if (val_[p] == old_val && cnt_[p] == old_cnt) break;
+  }
 }
 
 size_t MaxTree::First() const {

@@ -26,6 +26,12 @@ class MaxTree {
   size_t size() const { return n_; }
   // REQUIRES: i < size().
   void Set(size_t i, int64_t value);
+  // Bulk load: SetLeaf any leaves, then Build() once — O(n) instead of O(n log n).
+  void SetLeaf(size_t i, int64_t value) {
+    val_[leaves_ + i] = value;
+    cnt_[leaves_ + i] = value == kNone ? 0 : 1;
+  }
+  void Build();
   int64_t Get(size_t i) const { return val_[leaves_ + i]; }
 
   bool empty() const { return cnt_[1] == 0; }

@@ -303,21 +303,31 @@ bool Scheduler::IndexedBest(CycleState& state, const PodRequest& pod, Candidate*
     }
     idx.reason_counts.emplace_back(why, delta);
   };
+  bool bulk = false;  // during a rebuild leaves are loaded first and the tree built once
   auto refresh = [&](int32_t id) {
     Candidate c;
     const char* why = nullptr;
     Code code = Code::kSuccess;
     const bool ok = Evaluate(state, pod, nodes[id], &c, &why, &code);
-    idx.tree.Set(id, ok ? total_of(c) : MaxTree::kNone);
+    if (bulk) {
+      idx.tree.SetLeaf(id, ok ? total_of(c) : MaxTree::kNone);
+    } else {
+      idx.tree.Set(id, ok ? total_of(c) : MaxTree::kNone);
+    }
     count(idx.reason_of[id], -1);
     idx.reason_of[id] = ok ? nullptr : why;
     count(idx.reason_of[id], +1);
   };
-  if (!idx.built || idx.tree.size() != nodes.size() || idx.log_pos < base) {
+  // Behind by more than a cluster's worth of changes: one pass over every node is cheaper.
+  if (!idx.built || idx.tree.size() != nodes.size() || idx.log_pos < base ||
+      end - idx.log_pos > nodes.size()) {
     idx.tree.Reset(nodes.size());
     idx.reason_of.assign(nodes.size(), nullptr);
     idx.reason_counts.clear();
+    bulk = true;
     for (const cluster::Node& n : nodes) refresh(n.id);
+    bulk = false;
+    idx.tree.Build();
     idx.built = true;
   } else {
     for (uint64_t pos = idx.log_pos; pos < end; ++pos) refresh(log[pos - base]);
