@@ -34,6 +34,11 @@ std::vector<std::string> PolicyNames() {
   return out;
 }
 
+StatusOr<Profile> ProfileOrPolicy(const Profile* profile, std::string_view policy) {
+  if (profile != nullptr) return *profile;
+  return PolicyProfile(policy);
+}
+
 StatusOr<Profile> PolicyProfile(std::string_view policy) {
   for (const PolicyDef& d : Policies()) {
     if (policy != d.policy) continue;

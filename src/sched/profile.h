@@ -31,6 +31,8 @@ std::vector<PluginConfig> DefaultFilters();
 // Default filters + one placement policy's score plugin. Policies: fgd, bestfit, packing,
 // clustering, dotprod, random, spread, and the project's own (see docs/scheduler.md).
 StatusOr<Profile> PolicyProfile(std::string_view policy);
+// `*profile` when given, else PolicyProfile(policy): how a caller that accepts either resolves it.
+StatusOr<Profile> ProfileOrPolicy(const Profile* profile, std::string_view policy);
 // Names accepted by PolicyProfile.
 std::vector<std::string> PolicyNames();
 

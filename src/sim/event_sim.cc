@@ -502,14 +502,9 @@ StatusOr<EventRun> EventSim::Run(const EventConfig& config) const {
                                 " s over " + std::to_string(static_cast<int64_t>(span)) +
                                 " s of trace is more than a million points; raise the interval");
   }
-  sched::Profile profile;
-  if (config.profile != nullptr) {
-    profile = *config.profile;
-  } else {
-    StatusOr<sched::Profile> p = sched::PolicyProfile(config.policy);
-    if (!p.ok()) return p.status();
-    profile = *p;
-  }
+  StatusOr<sched::Profile> resolved = sched::ProfileOrPolicy(config.profile, config.policy);
+  if (!resolved.ok()) return resolved.status();
+  const sched::Profile profile = std::move(*resolved);
   EventRun run;
   run.policy = profile.name.empty() ? config.policy : profile.name;
   run.seed = config.seed;

@@ -64,14 +64,9 @@ StatusOr<FgdRun> FgdExperiment::Run(const FgdConfig& config) const {
     return InvalidArgumentError("coverage must be in (0, 1], got " + std::to_string(config.coverage));
   }
   if (config.gpu_weight < 0) return InvalidArgumentError("gpu_weight must not be negative");
-  sched::Profile profile;
-  if (config.profile != nullptr) {
-    profile = *config.profile;
-  } else {
-    StatusOr<sched::Profile> p = sched::PolicyProfile(config.policy);
-    if (!p.ok()) return p.status();
-    profile = *p;
-  }
+  StatusOr<sched::Profile> resolved = sched::ProfileOrPolicy(config.profile, config.policy);
+  if (!resolved.ok()) return resolved.status();
+  const sched::Profile profile = std::move(*resolved);
   cluster::Cluster cluster;
   if (config.shuffle_nodes) {
     std::vector<int32_t> order(cluster_.nodes().size());
