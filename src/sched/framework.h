@@ -9,7 +9,7 @@
 // - Filter and Score must be pure functions of (request, node state) when NodeLocal() is true:
 //   the framework then memoises their answers per (request shape, node version). A plugin whose
 //   answers depend on anything else (rack state, randomness, other pods) returns false.
-// - Hot-path reasons are static strings so a 5,000-node cycle allocates nothing per node.
+// - Hot-path reasons are static strings; a filter should allocate nothing per node.
 #pragma once
 
 #include <cstdint>

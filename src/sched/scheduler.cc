@@ -359,7 +359,7 @@ ScheduleResult Scheduler::Cycle(CycleState& state, PodRequest& pod,
                                 const std::vector<int32_t>* restrict_nodes,
                                 bool allow_preemption) {
   ScheduleResult result;
-  // 1. Pre-filter: checks on the request as a whole (quota, gang, request sanity).
+  // 1. Pre-filter: checks on the request as a whole (quota).
   for (PreFilterPlugin* p : pre_filters_) {
     PluginStatus st = p->PreFilter(state, pod);
     if (!st.ok()) {
