@@ -652,7 +652,12 @@ GangResult Scheduler::ScheduleGang(std::vector<PodRequest> members) {
     }
     std::stable_sort(sorted.begin(), sorted.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
-    const int64_t need = members[0].total_gpu_milli() * min_available;
+    // A rough pre-check on whole and fractional GPU demand; MIG members are left to the
+    // filters (a partitioned GPU shows no free milli).
+    int64_t need = 0;
+    for (int k = 0; k < min_available; ++k) {
+      if (members[k].gpu_kind != GpuKind::kMig) need += members[k].total_gpu_milli();
+    }
     for (auto& [free, v] : sorted) {
       if (free >= need) domains.push_back(std::move(v));
     }
@@ -710,11 +715,27 @@ GangResult Scheduler::ScheduleGang(std::vector<PodRequest> members) {
         }
       }
       if (permitted) {
-        for (size_t k = 0; k < reserved.size(); ++k) {
-          (void)Bind(members[k], reserved[k].alloc, state);
+        size_t bound = 0;
+        for (; bound < reserved.size(); ++bound) {
+          Status st = Bind(members[bound], reserved[bound].alloc, state);
+          if (!st.ok()) {
+            last_reason = st.message();
+            break;
+          }
         }
-        g.placed = true;
-        g.members = std::move(reserved);
+        if (bound == reserved.size()) {
+          g.placed = true;
+          g.members = std::move(reserved);
+          return g;
+        }
+        // A bind failed: all or nothing still holds. Bound members are removed (returning
+        // their resources and quota), the rest unreserved, and the gang fails.
+        for (size_t k = 0; k < bound; ++k) (void)Remove(members[k].uid);
+        for (size_t k = bound; k < reserved.size(); ++k) {
+          for (ReservePlugin* rp : reserves_) rp->Unreserve(state, members[k], reserved[k].alloc);
+          cluster_->Release(reserved[k].alloc);
+        }
+        g.reason = "gang " + gang + ": bind failed: " + last_reason;
         return g;
       }
     }

@@ -157,6 +157,69 @@ TEST(SchedulerEdgeTest, GangNameInUseIsRejected) {
   EXPECT_EQ(s->gang_members("g").size(), 2u);
 }
 
+// Fails the second bind it sees.
+class FlakyBind final : public BindPlugin {
+ public:
+  std::string_view Name() const override { return "flaky_bind"; }
+  PluginStatus Bind(const PodRequest&, const cluster::Allocation&) override {
+    return ++calls_ == 2 ? PluginStatus::Error("disk full") : PluginStatus::Ok();
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(SchedulerEdgeTest, GangBindFailureLeavesNothingBehind) {
+  Registry reg = Registry::BuiltIn();
+  ASSERT_TRUE(reg.Register("flaky_bind", [](const PluginArgs&) -> StatusOr<std::unique_ptr<Plugin>> {
+                   return std::unique_ptr<Plugin>(new FlakyBind());
+                 }).ok());
+  cluster::Cluster c;
+  const cluster::ModelId h = c.InternModel("H100-SXM");
+  c.AddNode(GpuNode("n0", h, 8));
+  Profile p = *PolicyProfile("bestfit");
+  p.plugins.push_back({"flaky_bind"});
+  auto s = Make(&c, p, reg);
+  ASSERT_NE(s, nullptr);
+  std::vector<PodRequest> m(3, WholeGpus(2, 1000, 0));
+  for (int i = 0; i < 3; ++i) {
+    m[i].uid = 1 + i;
+    m[i].gang = {"g", 3, 3};
+  }
+  GangResult r = s->ScheduleGang(m);
+  EXPECT_FALSE(r.placed);
+  EXPECT_EQ(r.reason, "gang g: bind failed: bind flaky_bind: disk full");
+  EXPECT_EQ(s->placed_count(), 0u);
+  EXPECT_TRUE(s->gang_members("g").empty());
+  EXPECT_EQ(c.allocated_gpu_milli(), 0);
+  EXPECT_EQ(c.node(0).cpu_free_milli, c.node(0).cpu_milli);
+}
+
+TEST(SchedulerEdgeTest, MigGangWithRackTopologyIsPlaced) {
+  cluster::Cluster c;
+  const cluster::ModelId h = c.InternModel("H100-SXM");
+  c.AddRack({"r0", 0, 0, "air", -1});
+  cluster::Node n = GpuNode("n0", h, 2);
+  n.rack = 0;
+  c.AddNode(n);
+  auto s = Make(&c, *PolicyProfile("bestfit"));
+  ASSERT_NE(s, nullptr);
+  // One small instance partitions GPU 0: the rack then shows only GPU 1's 1000 milli free,
+  // though both 3g.40gb workers fit (one beside the 1g instance, one on GPU 1).
+  PodRequest small = MigInstance("1g.10gb", 100, 0);
+  small.uid = 100;
+  ASSERT_TRUE(s->ScheduleOne(small).placed);
+  std::vector<PodRequest> m(2, MigInstance("3g.40gb", 100, 0));
+  for (int i = 0; i < 2; ++i) {
+    m[i].uid = 1 + i;
+    m[i].gang = {"mig", 2, 2};
+    m[i].topology = Topology::kRack;
+  }
+  GangResult r = s->ScheduleGang(m);
+  ASSERT_TRUE(r.placed) << r.reason;
+  EXPECT_EQ(s->gang_members("mig").size(), 2u);
+}
+
 TEST(SchedulerEdgeTest, AtMostThreeScorePlugins) {
   cluster::Cluster c;
   Profile p = *PolicyProfile("bestfit");

@@ -48,6 +48,9 @@ StatusOr<std::vector<TracePod>> ParseOpenbPods(const CsvTable& table, cluster::C
         size_t bar = spec.find('|');
         std::string_view m = spec.substr(0, bar);
         if (!m.empty()) {
+          if (cluster->FindModel(m) == cluster::kNoModel && cluster->models().size() >= 4096) {
+            return row.Error("gpu_spec", "more than 4096 distinct GPU model names");
+          }
           cluster::ModelId id = cluster->InternModel(m);
           bool dup = false;
           for (cluster::ModelId x : p.gpu_models) dup = dup || x == id;

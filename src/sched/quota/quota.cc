@@ -30,6 +30,11 @@ Status QuotaManager::AddQueue(QueueSpec spec) {
   for (const auto& [flavor, f] : spec.flavors) {
     const std::string where = "queue " + spec.name + ": " + flavor + ": ";
     if (f.nominal < 0) return InvalidArgumentError(where + "nominal is negative");
+    // Sums of quotas over a cohort must stay far from int64 overflow.
+    constexpr int64_t kMaxQuota = int64_t{1} << 50;
+    if (f.nominal > kMaxQuota || (f.borrowing_limit && *f.borrowing_limit > kMaxQuota)) {
+      return InvalidArgumentError(where + "quota above 2^50 (leave borrowing_limit unset for no cap)");
+    }
     if (f.borrowing_limit && *f.borrowing_limit < 0) {
       return InvalidArgumentError(where + "borrowing_limit is negative");
     }
