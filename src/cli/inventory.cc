@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cluster/catalog.h"
 #include "cluster/load_nodes.h"
@@ -16,8 +17,7 @@ namespace {
 int RunInventoryCheck(const std::string& path) {
   StatusOr<cluster::Cluster> c = cluster::LoadNodes(path);
   if (!c.ok()) {
-    std::cerr << "error: " << c.status().message() << "\n";
-    return 2;
+    return Fail(c.status(), 2);
   }
   std::map<std::string, std::pair<int, int>> by_model;  // model -> (nodes, GPUs)
   std::map<std::string, int> by_pool;

@@ -1,10 +1,10 @@
 // `aicloud simulate fgd`: the FGD paper's placement experiment on a node list and a pod list.
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cluster/load_nodes.h"
 #include "sched/profile.h"
@@ -53,47 +53,23 @@ StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
   return out;
 }
 
-std::string WorkloadName(const std::string& path) {
-  std::string stem = std::filesystem::path(path).stem().string();
-  const std::string prefix = "openb_pod_list_";
-  return stem.rfind(prefix, 0) == 0 ? stem.substr(prefix.size()) : stem;
-}
-
 int RunSimulateFgd(const SimulateFgdOptions& o) {
   StatusOr<cluster::Cluster> cluster = cluster::LoadNodes(o.nodes);
-  if (!cluster.ok()) {
-    std::cerr << "error: " << cluster.status().message() << "\n";
-    return 2;
-  }
+  if (!cluster.ok()) return Fail(cluster.status(), 2);
   StatusOr<std::vector<sim::TracePod>> pods = sim::LoadOpenbPods(o.pods, &*cluster);
-  if (!pods.ok()) {
-    std::cerr << "error: " << pods.status().message() << "\n";
-    return 2;
-  }
+  if (!pods.ok()) return Fail(pods.status(), 2);
   std::vector<uint64_t> seeds{o.seed};
   std::string seed_text = std::to_string(o.seed);
   if (!o.seeds.empty()) {
     StatusOr<std::vector<uint64_t>> s = ParseSeeds(o.seeds);
     if (!s.ok()) {
-      std::cerr << "error: " << s.status().message() << "\n";
-      return 2;
+      return Fail(s.status(), 2);
     }
     seeds = *s;
     seed_text = o.seeds;
   }
-  std::vector<std::string> policies;
-  for (size_t pos = 0; pos <= o.policies.size();) {
-    size_t comma = o.policies.find(',', pos);
-    policies.push_back(o.policies.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  for (const std::string& p : policies) {
-    if (!sched::PolicyProfile(p).ok()) {
-      std::cerr << "error: " << sched::PolicyProfile(p).status().message() << "\n";
-      return 2;
-    }
-  }
+  const std::vector<std::string> policies = SplitCommas(o.policies);
+  if (Status st = CheckPolicies(policies); !st.ok()) return Fail(st, 2);
   sim::FgdExperiment exp(*cluster, std::move(*pods), WorkloadName(o.pods));
   std::vector<sim::FgdRun> means;
   for (const std::string& policy : policies) {
@@ -107,8 +83,7 @@ int RunSimulateFgd(const SimulateFgdOptions& o) {
                                               : sched::SchedulerOptions::TieBreak::kFirst;
       StatusOr<sim::FgdRun> run = exp.Run(cfg);
       if (!run.ok()) {
-        std::cerr << "error: " << run.status().message() << "\n";
-        return 1;
+        return Fail(run.status(), 1);
       }
       if (!o.quiet && seeds.size() > 1) {
         std::cerr << fmt::format("  {} seed {}: {:.2f}% allocated ({:.3f} s)\n", policy, seed,
@@ -141,11 +116,7 @@ int RunSimulateFgd(const SimulateFgdOptions& o) {
       for (const sim::CurvePoint& p : r.curve) s.points.emplace_back(p.arrived_pct, p.allocation_pct);
       spec.series.push_back(std::move(s));
     }
-    Status st = sim::WritePlot(spec, o.plot);
-    if (!st.ok()) {
-      std::cerr << "error: " << st.message() << "\n";
-      return 1;
-    }
+    if (Status st = sim::WritePlot(spec, o.plot); !st.ok()) return Fail(st, 1);
     if (!o.quiet) std::cerr << "wrote " << o.plot << "\n";
   }
   return 0;

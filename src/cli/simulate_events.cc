@@ -1,11 +1,11 @@
 // `aicloud simulate events`: replays a timed pod list (arrivals and departures) through the
 // scheduler on a simulated clock and reports queue waits and GPU allocation over time.
-#include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include <fmt/format.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "cluster/load_nodes.h"
 #include "sched/profile.h"
@@ -28,23 +28,6 @@ struct SimulateEventsOptions {
   bool quiet = false;
 };
 
-std::vector<std::string> SplitCommas(const std::string& text) {
-  std::vector<std::string> out;
-  for (size_t pos = 0; pos <= text.size();) {
-    size_t comma = text.find(',', pos);
-    out.push_back(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
-std::string WorkloadOf(const std::string& path) {
-  std::string stem = std::filesystem::path(path).stem().string();
-  const std::string prefix = "openb_pod_list_";
-  return stem.rfind(prefix, 0) == 0 ? stem.substr(prefix.size()) : stem;
-}
-
 Status WriteAllocationPlot(const std::vector<sim::EventRun>& runs, const std::string& path) {
   sim::PlotSpec spec;
   spec.title = fmt::format("GPU allocation over trace time - {} (seed {}, time scale {})",
@@ -64,24 +47,12 @@ Status WriteAllocationPlot(const std::vector<sim::EventRun>& runs, const std::st
 
 int RunSimulateEvents(const SimulateEventsOptions& o) {
   StatusOr<cluster::Cluster> cluster = cluster::LoadNodes(o.nodes);
-  if (!cluster.ok()) {
-    std::cerr << "error: " << cluster.status().message() << "\n";
-    return 2;
-  }
+  if (!cluster.ok()) return Fail(cluster.status(), 2);
   StatusOr<std::vector<sim::TracePod>> pods = sim::LoadTimedPods(o.pods, &*cluster);
-  if (!pods.ok()) {
-    std::cerr << "error: " << pods.status().message() << "\n";
-    return 2;
-  }
+  if (!pods.ok()) return Fail(pods.status(), 2);
   const std::vector<std::string> policies = SplitCommas(o.policies);
-  for (const std::string& p : policies) {
-    StatusOr<sched::Profile> profile = sched::PolicyProfile(p);
-    if (!profile.ok()) {
-      std::cerr << "error: " << profile.status().message() << "\n";
-      return 2;
-    }
-  }
-  sim::EventSim sim(*cluster, std::move(*pods), WorkloadOf(o.pods));
+  if (Status st = CheckPolicies(policies); !st.ok()) return Fail(st, 2);
+  sim::EventSim sim(*cluster, std::move(*pods), WorkloadName(o.pods));
   std::vector<sim::EventRun> runs;
   for (const std::string& policy : policies) {
     sim::EventConfig cfg;
@@ -109,11 +80,7 @@ int RunSimulateEvents(const SimulateEventsOptions& o) {
     std::cout << sim::FormatEventTable(runs);
   }
   if (!o.plot.empty()) {
-    Status st = WriteAllocationPlot(runs, o.plot);
-    if (!st.ok()) {
-      std::cerr << "error: " << st.message() << "\n";
-      return 1;
-    }
+    if (Status st = WriteAllocationPlot(runs, o.plot); !st.ok()) return Fail(st, 1);
     if (!o.quiet) std::cerr << "wrote " << o.plot << "\n";
   }
   return 0;
