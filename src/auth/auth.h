@@ -1,0 +1,182 @@
+// Auth: who is calling (API keys), what they may do (RBAC), and what they did (audit.h).
+//
+//   AuthService auth(store, clock);
+//   StatusOr<std::optional<std::string>> first = auth.Bootstrap();   // once per process start
+//   if (first.ok() && *first) std::cout << "admin token: " << **first << "\n";  // printed once
+//
+//   StatusOr<Principal> who = auth.Authenticate(request.header("Authorization"));
+//   if (!who.ok()) return Reply(401, who.status().message());   // UNAUTHENTICATED
+//   Decision d = auth.Authorize(*who, "create", "jobs", "nlp");
+//   if (!d.allowed) return Reply(403, d.reason);
+//   audit.Append({.user = who->user, .key_id = who->key_id, .verb = "create", ...});
+//
+//   // Listing a tenant-scoped resource: nullopt = every tenant, else only these.
+//   std::optional<std::vector<std::string>> tenants = auth.VisibleTenants(*who, "list", "jobs");
+//
+// The model. Everything is a store object (apiVersion "aicloud/v1"), so it is durable, watchable
+// and editable through the ordinary API:
+// - User (cluster-scoped): spec {displayName?}. A key whose owner has no User object does not
+//   authenticate.
+// - Role (cluster-scoped): spec.rules = [{verbs: [...], resources: [...]}]; "*" matches any verb
+//   or resource. Roles only add permissions; anything no rule grants is denied.
+// - RoleBinding: spec {role, subjects: [user names]}. metadata.tenant "" = cluster-wide binding;
+//   otherwise it grants its role only inside that tenant (see scoping below).
+// - ApiKey (cluster-scoped, named by its 12-hex-char key id): spec {user, tenant?, roles?,
+//   expiresAt? (RFC 3339), revoked, hash}. The token is "aic_<id>_<64 hex chars of 32 random
+//   bytes>"; only sha256(secret) is stored, compared in constant time. `tenant` restricts the key
+//   to one tenant; `roles` narrows it: the key may do what its owner may do AND what one of
+//   these roles grants (so a key can never do more than its owner). Absent = owner's full rights.
+// - Built-in roles, upserted by Bootstrap (label aicloud/builtin=true; edits to them are
+//   overwritten at the next start): cluster-admin (* on *), tenant-admin, developer, viewer,
+//   agent — see BuiltinRoles() in auth.cc for the exact rules.
+//
+// Resources are lowercase plurals (tenants, queues, users, roles, rolebindings, apikeys, nodes,
+// racks, jobs, events, auditrecords, usage, logs, agent, deployments); verbs are get, list,
+// watch, create, update, delete and the special cordon, drain, cancel, verify.
+//
+// Scoping — what the `tenant` argument of Authorize means:
+// - Tenant-scoped resources: jobs, queues, events, usage, logs, deployments, rolebindings,
+//   apikeys. `tenant` is the tenant the object lives in (for an ApiKey: the tenant the key is
+//   restricted to). tenant "" means "cluster-wide / across all tenants" (a cluster-wide
+//   RoleBinding, an unrestricted ApiKey, a list over every tenant) and needs a cluster-wide grant.
+// - Cluster-scoped resources: everything else, including unknown resource names. `tenant` is
+//   ignored, except for `tenants`, where it is the name of the tenant being read ("" for all).
+// - A cluster-wide binding grants its rules everywhere. A binding in tenant T grants its rules on
+//   tenant-scoped resources in T only, and on cluster-scoped resources only these reads
+//   (get/list/watch): `nodes`, and `tenants` with tenant == T. Nothing else cluster-scoped
+//   (no cordon, no users, no roles) ever comes from a tenant binding.
+// - A tenant-restricted key (Principal::key_tenant) is held to the same limits as a tenant
+//   binding for its tenant, whatever its owner's bindings say.
+//
+// ApiKey management: a principal may create a key for itself when Authorize(create, apikeys,
+// <the new key's tenant or "">) allows it (so a developer bound in tenant a creates keys
+// restricted to a); a key for another user needs a cluster-wide create on apikeys. Whether a
+// developer lists/deletes only its *own* keys is for the API layer to filter by spec.user:
+// Authorize cannot see owners.
+//
+// Caching: Authenticate and Authorize answer from an in-memory snapshot of the User, Role,
+// RoleBinding and ApiKey objects. A write through this service invalidates it at once (a key
+// revoked by RevokeApiKey is rejected by the very next Authenticate); writes made by others
+// directly to the store are noticed within ~100 ms (the store's Changes for those four kinds
+// are polled at most that often, only when Revision() moved).
+//
+// Time: Clock may be a steady (non-wall) clock, so wall time is anchored at construction:
+// wall_now = system_clock at construction + (clock->NowMicros() - clock at construction).
+// With a FakeClock, advancing it moves key expiry forward.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "auth/audit.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "store/store.h"
+
+namespace aicloud::auth {
+
+// Lowercase hex SHA-256 of `data`.
+std::string Sha256Hex(std::string_view data);
+// 2*bytes lowercase hex chars from OpenSSL RAND_bytes; "" if the CSPRNG fails.
+std::string RandomHex(size_t bytes);
+
+// The authenticated caller.
+struct Principal {
+  std::string user;                        // "" never authenticates or is allowed anything
+  std::string key_id;                      // the ApiKey used (or "bootstrap" for internal use)
+  std::optional<std::string> key_tenant;   // the key is restricted to this tenant
+  std::vector<std::string> key_roles;      // non-empty: the key is narrowed to these roles
+};
+
+struct Decision {
+  bool allowed = false;
+  // "allowed by RoleBinding nlp/devs (role developer)" or
+  // "user bob has no role granting create on jobs in tenant nlp".
+  std::string reason;
+  int64_t policy_revision = 0;  // store revision of the RBAC snapshot the decision used
+};
+
+// Names of the built-in roles.
+inline constexpr const char* kClusterAdminRole = "cluster-admin";
+inline constexpr const char* kTenantAdminRole = "tenant-admin";
+inline constexpr const char* kDeveloperRole = "developer";
+inline constexpr const char* kViewerRole = "viewer";
+inline constexpr const char* kAgentRole = "agent";
+
+// True for the resources whose requests name a tenant (jobs, queues, ..., apikeys).
+bool IsTenantScopedResource(std::string_view resource);
+
+// Thread-safe.
+class AuthService {
+ public:
+  AuthService(store::Store* store, Clock* clock);  // both outlive it
+  ~AuthService();
+  AuthService(const AuthService&) = delete;
+  AuthService& operator=(const AuthService&) = delete;
+
+  // First start (no User "admin"): creates the built-in roles, user "admin" with a cluster-wide
+  // cluster-admin RoleBinding ("admin-cluster-admin") and an unrestricted ApiKey for admin, in
+  // one commit, and returns that key's token (print it once: it is not stored). Later starts
+  // upsert the built-in roles (so new built-ins appear) and return std::nullopt.
+  StatusOr<std::optional<std::string>> Bootstrap();
+
+  // `authorization` is a "Bearer aic_..." header value or the raw token. UNAUTHENTICATED with
+  // "malformed token", "unknown key" (also for a wrong secret or a missing owner), "key revoked"
+  // or "key expired".
+  StatusOr<Principal> Authenticate(std::string_view authorization);
+
+  // tenant: see "Scoping" above; "" for cluster-scoped requests.
+  Decision Authorize(const Principal& who, std::string_view verb, std::string_view resource,
+                     std::string_view tenant);
+
+  struct CreatedKey {
+    std::string id;
+    std::string token;      // returned once, never stored
+    nlohmann::json object;  // the stored ApiKey
+  };
+  // Creates a key owned by `owner_user` (which must exist). PERMISSION_DENIED unless `creator`
+  // may create apikeys in the key's scope (cluster-wide for another user's key); a key minted
+  // with a tenant-restricted key must be restricted to the same tenant; with a narrowed key, the
+  // new key's roles must be covered by the creator's key roles (and default to them). NOT_FOUND
+  // for an unknown role or user; INVALID_ARGUMENT for an expiry in the past.
+  StatusOr<CreatedKey> CreateApiKey(const Principal& creator, std::string_view owner_user,
+                                    std::optional<std::string> tenant,
+                                    std::vector<std::string> roles,
+                                    std::optional<std::chrono::system_clock::time_point> expires);
+
+  // Marks the key revoked (NOT_FOUND when absent). The caller authorizes. Takes effect for this
+  // service before it returns.
+  Status RevokeApiKey(std::string_view key_id);
+
+  // For list filtering of a tenant-scoped resource (or `tenants`): nullopt = every tenant;
+  // otherwise the sorted tenants where Authorize(who, verb, resource, t) allows (maybe empty).
+  std::optional<std::vector<std::string>> VisibleTenants(const Principal& who,
+                                                         std::string_view verb,
+                                                         std::string_view resource);
+
+  // Forces the next call to reload the RBAC snapshot (tests; after bulk edits).
+  void Invalidate();
+
+ private:
+  struct Snapshot;
+  std::shared_ptr<const Snapshot> Current();
+  StatusOr<std::shared_ptr<const Snapshot>> Load();
+  Decision AuthorizeIn(const Snapshot& s, const Principal& who, std::string_view verb,
+                       std::string_view resource, std::string_view tenant) const;
+  std::chrono::system_clock::time_point WallNow() const;
+
+  store::Store* const store_;
+  Clock* const clock_;
+  const std::chrono::system_clock::time_point wall_anchor_;
+  const int64_t clock_anchor_;
+  struct Cache;
+  std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace aicloud::auth
