@@ -33,4 +33,6 @@ std::string Status::ToString() const {
   return out;
 }
 
+std::ostream& operator<<(std::ostream& os, const Status& status) { return os << status.ToString(); }
+
 }  // namespace aicloud

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <ostream>
 #include <variant>
 
 namespace aicloud {
@@ -37,6 +38,10 @@ enum class StatusCode {
 };
 
 std::string_view StatusCodeName(StatusCode code);
+
+class Status;
+// For test failure messages and logs: "NOT_FOUND: Job nlp/a not found".
+std::ostream& operator<<(std::ostream& os, const Status& status);
 
 // Thread-compatible value type.
 class Status {
@@ -65,6 +70,10 @@ inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, 
 inline Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status UnauthenticatedError(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
+inline Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 
 // Holds either a T or a non-OK Status.
 template <typename T>

@@ -751,6 +751,31 @@ GangResult Scheduler::ScheduleGang(std::vector<PodRequest> members) {
   return g;
 }
 
+Status Scheduler::Adopt(PodRequest pod, const cluster::Allocation& alloc) {
+  if (pod.uid <= 0 || placed_.count(pod.uid)) {
+    return InvalidArgumentError("adopt " + pod.name + ": uid " + std::to_string(pod.uid) +
+                                " is invalid or already placed");
+  }
+  next_uid_ = std::max(next_uid_, pod.uid + 1);
+  PrepareCycle();
+  pod.shape = InternShape(pod);
+  AICLOUD_RETURN_IF_ERROR(cluster_->Allocate(alloc));
+  CycleState state(&rng_);
+  for (size_t i = 0; i < reserves_.size(); ++i) {
+    PluginStatus rs = reserves_[i]->Reserve(state, pod, alloc);
+    if (!rs.ok()) {
+      for (size_t j = 0; j < i; ++j) reserves_[j]->Unreserve(state, pod, alloc);
+      cluster_->Release(alloc);
+      return FailedPreconditionError("adopt " + pod.name + ": " + std::string(reserves_[i]->Name()) + ": " +
+                                     (rs.reason ? rs.reason : "") + rs.detail);
+    }
+  }
+  pods_on_node_[alloc.node].push_back(pod.uid);
+  if (!pod.gang.name.empty()) gangs_[pod.gang.name].push_back(pod.uid);
+  placed_.emplace(pod.uid, Placed{std::move(pod), alloc});
+  return OkStatus();
+}
+
 Status Scheduler::Remove(int64_t uid) {
   auto it = placed_.find(uid);
   if (it == placed_.end()) return NotFoundError("pod uid " + std::to_string(uid) + " is not placed");

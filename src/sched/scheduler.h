@@ -72,6 +72,10 @@ class Scheduler final : public Handle {
   ScheduleResult ScheduleOne(PodRequest pod);
   // Places all workers of a gang or none of them (all-or-nothing at min_available).
   GangResult ScheduleGang(std::vector<PodRequest> members);
+  // Takes back a placement decided earlier (e.g. read from the store after a server restart):
+  // allocates exactly `alloc` and runs the reserve plugins, without filters or scores.
+  // INVALID_ARGUMENT if the uid is taken; the cluster's error if `alloc` no longer fits.
+  Status Adopt(PodRequest pod, const cluster::Allocation& alloc);
   // Removes a placed pod (departure, cancel, eviction) and returns its resources.
   Status Remove(int64_t uid);
 

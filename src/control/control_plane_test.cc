@@ -1,0 +1,292 @@
+#include "control/control_plane.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "store/memory_store.h"
+
+namespace aicloud::control {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+json GpuNodeSpec(int gpus) {
+  json g = json::array();
+  for (int i = 0; i < gpus; ++i) g.push_back({{"index", i}, {"model", "H100"}, {"nvlinkDomain", 0}});
+  return {{"cpuMillis", 16000}, {"memoryBytes", int64_t{64} << 30}, {"gpus", g}};
+}
+
+json JobObject(const std::string& name, json spec, const std::string& tenant = "nlp") {
+  return {{"apiVersion", "aicloud/v1"}, {"kind", "Job"},
+          {"metadata", {{"name", name}, {"tenant", tenant}}}, {"spec", spec}};
+}
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("cp-test-" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    Restart();
+  }
+  void TearDown() override {
+    cp_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Restart() {
+    cp_.reset();
+    cp_ = std::make_unique<ControlPlane>(&store_, &clock_, &metrics_,
+                                         ControlOptions{.data_dir = dir_.string(),
+                                                        .node_grace = std::chrono::seconds(40),
+                                                        .policy = "bestfit",
+                                                        .tick = milliseconds(10)});
+    ASSERT_TRUE(cp_->Start().ok());
+  }
+  std::string Register(const std::string& node, int gpus) {
+    StatusOr<json> r = cp_->RegisterNode(node, GpuNodeSpec(gpus));
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? (*r)["epoch"].get<std::string>() : "";
+  }
+  json Submit(const std::string& name, json spec) {
+    StatusOr<json> j = store_.Create(JobObject(name, spec));
+    EXPECT_TRUE(j.ok()) << j.status();
+    cp_->Sync();
+    return JobNow(name);
+  }
+  json JobNow(const std::string& name) {
+    cp_->Sync();
+    StatusOr<json> j = store_.Get({"Job", "nlp", name});
+    return j.ok() ? *j : json();
+  }
+  json Assigned(const std::string& node, const std::string& epoch) {
+    StatusOr<json> a = cp_->WaitAssignments(node, epoch, cp_->instance(), -1, milliseconds(0));
+    EXPECT_TRUE(a.ok()) << a.status();
+    return a.ok() ? (*a)["attempts"] : json::array();
+  }
+  json Report(const std::string& node, const std::string& epoch, const std::string& attempt,
+              const std::string& state, int code = -1) {
+    StatusOr<json> r = cp_->AgentReport(
+        node, epoch, {{"attempts", {{{"attempt", attempt}, {"state", state}, {"exitCode", code}}}}});
+    EXPECT_TRUE(r.ok()) << r.status();
+    cp_->Sync();
+    return r.ok() ? *r : json();
+  }
+
+  std::filesystem::path dir_;
+  store::MemoryStore store_;
+  FakeClock clock_{1'000'000};
+  Metrics metrics_;
+  std::unique_ptr<ControlPlane> cp_;
+};
+
+TEST_F(ControlPlaneTest, JobRunsToSuccessThroughAnAgent) {
+  std::string e = Register("gpu-1", 2);
+  json job = Submit("train", {{"command", "echo hi"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  EXPECT_EQ(job["status"]["phase"], "Scheduled") << job.dump();
+  json a = Assigned("gpu-1", e);
+  ASSERT_EQ(a.size(), 1u);
+  const std::string attempt = a[0]["attempt"];
+  EXPECT_EQ(a[0]["argv"], json({"/bin/sh", "-c", "echo hi"}));
+  EXPECT_EQ(a[0]["env"]["AICLOUD_JOB"], "train");
+  EXPECT_EQ(a[0]["gpus"].size(), 1u);
+  Report("gpu-1", e, attempt, "Running");
+  EXPECT_EQ(JobNow("train")["status"]["phase"], "Running");
+  clock_.Advance(10 * kMicrosPerSecond);
+  Report("gpu-1", e, attempt, "Succeeded", 0);
+  job = JobNow("train");
+  EXPECT_EQ(job["status"]["phase"], "Succeeded") << job.dump();
+  EXPECT_NEAR(job["status"]["usage"]["gpuSeconds"].get<double>(), 10.0, 1e-6);
+  EXPECT_GT(job["status"]["usage"]["costUsd"].get<double>(), 0);
+  EXPECT_TRUE(Assigned("gpu-1", e).empty());
+  // Events were written for the lifecycle.
+  StatusOr<store::ListResult> ev = store_.List({.kind = "Event", .tenant = "nlp"});
+  ASSERT_TRUE(ev.ok());
+  std::set<std::string> reasons;
+  for (const json& o : ev->items) reasons.insert(o["spec"]["reason"]);
+  EXPECT_TRUE(reasons.count("Scheduled") && reasons.count("Started") && reasons.count("Completed"));
+}
+
+TEST_F(ControlPlaneTest, GangStartsOnlyWhenEveryWorkerIsPlaced) {
+  std::string e1 = Register("a", 1);
+  json job = Submit("big", {{"command", "x"}, {"workers", 2}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  EXPECT_EQ(job["status"]["phase"], "Pending");
+  EXPECT_EQ(job["status"]["reason"], "Unschedulable");
+  EXPECT_TRUE(Assigned("a", e1).empty()) << "half a gang must not start";
+  std::string e2 = Register("b", 1);
+  job = JobNow("big");
+  EXPECT_EQ(job["status"]["phase"], "Scheduled") << job.dump();
+  EXPECT_EQ(Assigned("a", e1).size(), 1u);
+  EXPECT_EQ(Assigned("b", e2).size(), 1u);
+}
+
+TEST_F(ControlPlaneTest, UnschedulableJobSaysWhy) {
+  Register("a", 2);
+  json job = Submit("huge", {{"command", "x"}, {"resources", {{"gpu", {{"count", 8}}}}}});
+  EXPECT_EQ(job["status"]["phase"], "Pending");
+  EXPECT_NE(job["status"]["message"].get<std::string>().find("0/1 nodes available"), std::string::npos)
+      << job.dump();
+}
+
+TEST_F(ControlPlaneTest, RestartPolicyRetriesThenFails) {
+  std::string e = Register("a", 1);
+  Submit("flaky", {{"command", "x"}, {"restartPolicy", "OnFailure"}, {"maxRetries", 1}});
+  std::string a1 = Assigned("a", e)[0]["attempt"];
+  Report("a", e, a1, "Failed", 3);
+  json job = JobNow("flaky");
+  EXPECT_EQ(job["status"]["attempt"], 2) << job.dump();
+  json as = Assigned("a", e);
+  ASSERT_EQ(as.size(), 1u);
+  std::string a2 = as[0]["attempt"];
+  EXPECT_NE(a1, a2);
+  // A report about the old attempt is fenced off: the agent is told to stop it.
+  json r = Report("a", e, a1, "Running");
+  EXPECT_EQ(r["stop"], json({a1}));
+  Report("a", e, a2, "Failed", 1);
+  job = JobNow("flaky");
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_EQ(job["status"]["failures"], 2);
+}
+
+TEST_F(ControlPlaneTest, LostNodeRequeuesItsWorkElsewhere) {
+  std::string e1 = Register("a", 1);
+  Submit("j", {{"command", "x"}, {"restartPolicy", "OnFailure"}, {"maxRetries", 3}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  json on_a = Assigned("a", e1);
+  ASSERT_EQ(on_a.size(), 1u);
+  std::string e2 = Register("b", 1);
+  // b keeps heartbeating, a goes silent past the grace.
+  clock_.Advance(30 * kMicrosPerSecond);
+  Report("b", e2, "none", "Running");
+  clock_.Advance(15 * kMicrosPerSecond);
+  cp_->Sync();
+  json job = JobNow("j");
+  EXPECT_EQ(job["status"]["phase"], "Scheduled") << job.dump();
+  json on_b = Assigned("b", e2);
+  ASSERT_EQ(on_b.size(), 1u);
+  EXPECT_NE(on_b[0]["attempt"], on_a[0]["attempt"]);
+  StatusOr<json> node = store_.Get({"Node", "", "a"});
+  EXPECT_EQ((*node)["status"]["phase"], "NotReady");
+  // a comes back: the old attempt is fenced.
+  json r = Report("a", e1, on_a[0]["attempt"], "Running");
+  EXPECT_EQ(r["stop"].size(), 1u);
+}
+
+TEST_F(ControlPlaneTest, ReRegisteredAgentLosesItsAttempts) {
+  std::string e1 = Register("a", 1);
+  Submit("j", {{"command", "x"}, {"restartPolicy", "OnFailure"}, {"maxRetries", 1}});
+  std::string old = Assigned("a", e1)[0]["attempt"];
+  std::string e2 = Register("a", 1);
+  EXPECT_NE(e1, e2);
+  StatusOr<json> stale = cp_->AgentReport("a", e1, json::object());
+  EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
+  cp_->Sync();
+  json as = Assigned("a", e2);
+  ASSERT_EQ(as.size(), 1u);
+  EXPECT_NE(as[0]["attempt"], old);
+}
+
+TEST_F(ControlPlaneTest, CancelEndsTheJobAndFreesTheNode) {
+  std::string e = Register("a", 1);
+  Submit("j", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  EXPECT_EQ(Assigned("a", e).size(), 1u);
+  ASSERT_TRUE(cp_->CancelJob("nlp", "j").ok());
+  json job = JobNow("j");
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_EQ(job["status"]["reason"], "Cancelled");
+  EXPECT_TRUE(Assigned("a", e).empty());
+  EXPECT_EQ(cp_->CancelJob("nlp", "j").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cp_->CancelJob("nlp", "nope").code(), StatusCode::kNotFound);
+  json next = Submit("k", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  EXPECT_EQ(next["status"]["phase"], "Scheduled");
+}
+
+TEST_F(ControlPlaneTest, DrainRequeuesWithoutUsingARetry) {
+  std::string e1 = Register("a", 1);
+  Submit("j", {{"command", "x"}});
+  ASSERT_EQ(Assigned("a", e1).size(), 1u);
+  std::string e2 = Register("b", 1);
+  ASSERT_TRUE(cp_->Drain("a").ok());
+  json job = JobNow("j");
+  EXPECT_EQ(job["status"]["failures"], 0);
+  EXPECT_TRUE(Assigned("a", e1).empty());
+  EXPECT_EQ(Assigned("b", e2).size(), 1u) << job.dump();
+  EXPECT_TRUE((*store_.Get({"Node", "", "a"}))["spec"]["unschedulable"].get<bool>());
+}
+
+TEST_F(ControlPlaneTest, RestartReadoptsPlacementsWithoutDoubleBooking) {
+  std::string e = Register("a", 1);
+  Submit("j", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  std::string attempt = Assigned("a", e)[0]["attempt"];
+  Report("a", e, attempt, "Running");
+  Restart();
+  json job = JobNow("j");
+  EXPECT_EQ(job["status"]["phase"], "Running");
+  std::string e2 = Register("a", 1);  // the agent re-registers with the new server
+  (void)e2;
+  // Re-registration ends the old incarnation's attempt; with restartPolicy Never it fails.
+  job = JobNow("j");
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_EQ(job["status"]["reason"], "AgentRestarted");
+}
+
+TEST_F(ControlPlaneTest, RestartKeepsCapacityAccounted) {
+  std::string e = Register("a", 1);
+  Submit("j", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  ASSERT_EQ(Assigned("a", e).size(), 1u);
+  Restart();
+  // Before the agent is back the node is not schedulable; the GPU stays held by j.
+  json k = Submit("k", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  EXPECT_EQ(k["status"]["phase"], "Pending");
+  EXPECT_EQ(JobNow("j")["status"]["phase"], "Scheduled");
+}
+
+TEST_F(ControlPlaneTest, LogsAppendIdempotentlyAndRefuseStrangers) {
+  std::string e = Register("a", 1);
+  Submit("j", {{"command", "x"}});
+  std::string attempt = Assigned("a", e)[0]["attempt"];
+  EXPECT_EQ(*cp_->AppendLog("a", attempt, 0, "hello "), 6);
+  EXPECT_EQ(*cp_->AppendLog("a", attempt, 0, "hello "), 6);  // retried push: no duplicate
+  EXPECT_EQ(*cp_->AppendLog("a", attempt, 3, "lo world"), 11);
+  EXPECT_EQ(cp_->AppendLog("a", attempt, 20, "x").status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(cp_->AppendLog("b", attempt, 0, "x").status().code(), StatusCode::kFailedPrecondition);
+  StatusOr<LogChunk> c = cp_->ReadLog("nlp", "j", 0, -1, 0, 1 << 20);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->data, "hello world");
+  EXPECT_FALSE(c->done);
+  Report("a", e, attempt, "Succeeded", 0);
+  c = cp_->ReadLog("nlp", "j", 0, -1, 6, 1 << 20);
+  EXPECT_EQ(c->data, "world");
+  EXPECT_TRUE(c->done);
+  EXPECT_EQ(cp_->ReadLog("nlp", "j", 5, -1, 0, 10).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ControlPlaneTest, SleepingTenantIsNotScheduled) {
+  Register("a", 1);
+  ASSERT_TRUE(store_.Create({{"apiVersion", "aicloud/v1"}, {"kind", "Tenant"},
+                             {"metadata", {{"name", "nlp"}}}, {"spec", {{"sleeping", true}}}}).ok());
+  json job = Submit("j", {{"command", "x"}});
+  EXPECT_EQ(job["status"]["phase"], "Pending");
+  StatusOr<json> t = store_.Get({"Tenant", "", "nlp"});
+  (*t)["spec"]["sleeping"] = false;
+  ASSERT_TRUE(store_.Update(*t, 0).ok());
+  EXPECT_EQ(JobNow("j")["status"]["phase"], "Scheduled");
+}
+
+TEST_F(ControlPlaneTest, InvalidSpecFailsTheJobWithTheReason) {
+  json job = Submit("bad", {{"command", "x"}, {"restartPolicy", "Always"}});
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_EQ(job["status"]["reason"], "InvalidSpec");
+}
+
+TEST_F(ControlPlaneTest, MetricsReportQueueAndAllocation) {
+  Register("a", 1);
+  Submit("j", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  Submit("k", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  std::string text = metrics_.Render();
+  EXPECT_NE(text.find("aicloud_queue_depth{tenant=\"nlp\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("aicloud_gpu_allocated{model=\"H100-SXM\",tenant=\"nlp\"} 1"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace aicloud::control

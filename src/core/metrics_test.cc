@@ -1,0 +1,57 @@
+#include "core/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace aicloud {
+namespace {
+
+TEST(MetricsTest, RendersCountersGaugesAndHistogramsInPrometheusFormat) {
+  Metrics m;
+  Counter* c = m.AddCounter("req_total", "Requests", {"code"});
+  c->Inc({"200"});
+  c->Inc({"200"}, 2);
+  c->Inc({"404"});
+  Gauge* g = m.AddGauge("queue_depth", "Depth", {"tenant"});
+  g->Set({"a\"b"}, 5);
+  Histogram* h = m.AddHistogram("lat_seconds", "Latency", {}, {0.1, 1});
+  h->Observe({}, 0.05);
+  h->Observe({}, 0.5);
+  h->Observe({}, 5);
+  m.AddGaugeFn("nodes", "Nodes", {"phase"}, [] {
+    return std::vector<std::pair<LabelValues, double>>{{{"Ready"}, 3}};
+  });
+  const std::string text = m.Render();
+  EXPECT_NE(text.find("# TYPE req_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("req_total{code=\"200\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("req_total{code=\"404\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("queue_depth{tenant=\"a\\\"b\"} 5\n"), std::string::npos);
+  EXPECT_NE(text.find("lat_seconds_bucket{le=\"0.1\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("lat_seconds_bucket{le=\"1\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("lat_seconds_bucket{le=\"+Inf\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("lat_seconds_sum 5.55\n"), std::string::npos);
+  EXPECT_NE(text.find("lat_seconds_count 3\n"), std::string::npos);
+  EXPECT_NE(text.find("nodes{phase=\"Ready\"} 3\n"), std::string::npos);
+}
+
+TEST(MetricsTest, ConcurrentUpdatesAreNotLost) {
+  Metrics m;
+  Counter* c = m.AddCounter("n_total", "N");
+  Histogram* h = m.AddHistogram("h", "H", {"k"}, Histogram::LatencyBuckets());
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 8; ++t) {
+    ts.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) {
+        c->Inc();
+        h->Observe({"x"}, 0.001 * i);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(c->Value(), 8000);
+  EXPECT_EQ(h->Count({"x"}), 8000u);
+}
+
+}  // namespace
+}  // namespace aicloud
