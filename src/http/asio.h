@@ -1,0 +1,43 @@
+// Private to the http room: the one place Boost.Asio and Boost.Beast are included, so the
+// Debian Boost 1.74 quirks are handled once. Never include this from a public header.
+#pragma once
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+namespace aicloud::http {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+// Beast 1.74 uses boost::string_view; these convert at the edges.
+inline std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
+inline beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; }
+
+// "1.2.3.4:80" or "[::1]:80".
+inline std::string EndpointString(const tcp::endpoint& ep) {
+  std::string addr = ep.address().to_string();
+  if (ep.address().is_v6()) addr = "[" + addr + "]";
+  return addr + ":" + std::to_string(ep.port());
+}
+
+}  // namespace aicloud::http

@@ -1,0 +1,78 @@
+// Client: a small synchronous HTTP/1.1 client (http and https) for the CLI, agents and tests.
+//
+//   Client api("https://127.0.0.1:8443", {.ca_file = "ca.pem"});
+//   StatusOr<ClientResponse> r = api.Send("POST", "/api/v1/tenants/nlp/jobs", job.dump());
+//   if (!r.ok()) return r.status();              // UNAVAILABLE, DEADLINE_EXCEEDED, ...
+//   if (r->status != 201) ...                    // HTTP errors are responses, not Status
+//
+//   SseParser sse;                               // follow a server-sent event stream
+//   Status s = api.Stream("GET", "/api/v1/watch?kind=Job", "", {}, [&](std::string_view bytes) {
+//     for (SseEvent& e : sse.Feed(bytes)) Print(e);
+//     return !stop;                              // false ends the stream (and the connection)
+//   });
+//
+// One keep-alive connection is kept and reused; when a reused connection turns out to have been
+// closed by the server before any response byte arrives, the request is sent once more on a new
+// connection (this may repeat a non-idempotent request the server never answered).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "http/message.h"
+#include "http/sse.h"
+
+namespace aicloud::http {
+
+struct ClientOptions {
+  std::string ca_file;              // https: trust these CAs (default system store)
+  std::string cert_file, key_file;  // https: client certificate (mTLS)
+  bool insecure_skip_verify = false;
+  // Connect + whole request for Send; connect + response head, then each read, for Stream.
+  std::chrono::milliseconds timeout{30000};
+};
+
+struct ClientResponse {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;  // lower-cased names
+};
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// Thread-compatible: one thread at a time.
+class Client {
+ public:
+  // base_url: "http://127.0.0.1:8080" or "https://host:port", optionally with a path prefix that
+  // is put before every target. A malformed URL makes every call return INVALID_ARGUMENT.
+  explicit Client(std::string base_url, ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Sends one request and reads the whole response. A body without a Content-Type header is sent
+  // as application/json. Errors: INVALID_ARGUMENT (URL, TLS files), UNAVAILABLE (connect, TLS
+  // handshake, connection lost), DEADLINE_EXCEEDED (timeout).
+  StatusOr<ClientResponse> Send(std::string_view method, std::string_view target,
+                                std::string_view body = {}, const Headers& headers = {});
+
+  // Streams the response body: on_chunk gets body bytes as they arrive; return false to stop
+  // (which closes the connection). Returns the status line/headers via *head (may be null),
+  // filled before the first on_chunk call. UNAVAILABLE if the connection fails.
+  Status Stream(std::string_view method, std::string_view target, std::string_view body,
+                const Headers& headers, const std::function<bool(std::string_view)>& on_chunk,
+                ClientResponse* head = nullptr);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace aicloud::http

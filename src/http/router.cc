@@ -1,0 +1,134 @@
+#include "http/router.h"
+
+#include <algorithm>
+#include <exception>
+#include <optional>
+#include <set>
+#include <string_view>
+
+namespace aicloud::http {
+namespace {
+
+std::vector<std::string_view> SplitPath(std::string_view path) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t slash = path.find('/', start);
+    std::string_view seg = path.substr(start, slash == std::string_view::npos ? slash : slash - start);
+    if (!seg.empty()) out.push_back(seg);
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void Router::Add(std::string method, std::string pattern, Handler handler) {
+  Route route{std::move(method), std::move(pattern), {}, std::move(handler)};
+  std::vector<std::string_view> parts = SplitPath(route.pattern);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string_view p = parts[i];
+    if (p.size() >= 2 && p.front() == '{' && p.back() == '}') {
+      std::string_view name = p.substr(1, p.size() - 2);
+      if (name.size() > 3 && name.substr(name.size() - 3) == "...") {
+        // Only a trailing rest segment makes sense; elsewhere it is an ordinary parameter.
+        if (i + 1 == parts.size()) {
+          route.segments.push_back({Segment::Kind::kRest, std::string(name.substr(0, name.size() - 3))});
+          continue;
+        }
+      }
+      route.segments.push_back({Segment::Kind::kParam, std::string(name)});
+    } else {
+      route.segments.push_back({Segment::Kind::kLiteral, std::string(p)});
+    }
+  }
+  for (Route& r : routes_) {
+    if (r.method == route.method && r.pattern == route.pattern) {
+      r = std::move(route);
+      return;
+    }
+  }
+  routes_.push_back(std::move(route));
+}
+
+Response Router::Dispatch(Request& req) const {
+  std::string_view raw = req.target.empty() ? std::string_view(req.path) : std::string_view(req.target);
+  raw = raw.substr(0, raw.find('?'));
+  std::vector<std::string_view> parts = SplitPath(raw);
+
+  // Rank of a match: one entry per path segment (3 literal, 2 param, 1 inside a rest), then 1 for
+  // an exact-length pattern or 0 for a rest pattern, so every rank has the same length; larger
+  // wins, which makes "/files" beat "/files/{rest...}" on "/files".
+  const Route* best = nullptr;
+  std::vector<int> best_rank;
+  std::set<std::string> allowed;
+  for (const Route& route : routes_) {
+    std::vector<int> rank;
+    bool ok = true;
+    size_t i = 0;
+    for (const Segment& seg : route.segments) {
+      if (seg.kind == Segment::Kind::kRest) {
+        rank.resize(parts.size(), 1);
+        rank.push_back(0);
+        i = parts.size();
+        break;
+      }
+      if (i >= parts.size() ||
+          (seg.kind == Segment::Kind::kLiteral && PercentDecode(parts[i]) != seg.text)) {
+        ok = false;
+        break;
+      }
+      rank.push_back(seg.kind == Segment::Kind::kLiteral ? 3 : 2);
+      ++i;
+    }
+    if (!ok || i != parts.size()) continue;
+    if (rank.size() == parts.size()) rank.push_back(1);
+    allowed.insert(route.method);
+    if (route.method != req.method) continue;
+    if (best == nullptr || rank > best_rank) {
+      best = &route;
+      best_rank = std::move(rank);
+    }
+  }
+
+  if (best == nullptr) {
+    if (allowed.empty()) {
+      return Response::Error(404, "not_found", "no route for " + req.method + " " + req.path);
+    }
+    std::string allow;
+    for (const std::string& m : allowed) allow += (allow.empty() ? "" : ", ") + m;
+    Response r = Response::Error(405, "method_not_allowed",
+                                 "method " + req.method + " not allowed for " + req.path +
+                                     " (allowed: " + allow + ")");
+    r.headers.emplace_back("Allow", allow);
+    return r;
+  }
+
+  req.params.clear();
+  size_t i = 0;
+  for (const Segment& seg : best->segments) {
+    if (seg.kind == Segment::Kind::kParam) {
+      req.params[seg.text] = PercentDecode(parts[i]);
+    } else if (seg.kind == Segment::Kind::kRest) {
+      std::string rest;
+      for (size_t j = i; j < parts.size(); ++j) {
+        if (j > i) rest += '/';
+        rest += PercentDecode(parts[j]);
+      }
+      req.params[seg.text] = std::move(rest);
+      break;
+    }
+    ++i;
+  }
+  req.route = best->pattern;
+  try {
+    return best->handler(req);
+  } catch (const std::exception& e) {
+    return Response::Error(500, "internal", e.what());
+  } catch (...) {
+    return Response::Error(500, "internal", "handler threw a non-standard exception");
+  }
+}
+
+}  // namespace aicloud::http

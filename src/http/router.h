@@ -1,0 +1,58 @@
+// Router: maps (method, path pattern) to a Handler. Build it once at startup, then hand
+// `Dispatch` to the Server; Dispatch is const and safe to call from many threads at once.
+//
+//   Router router;
+//   router.Add("GET", "/api/v1/tenants/{tenant}/jobs/{name}", [&](Request& req) {
+//     return GetJob(req.params["tenant"], req.params["name"]);
+//   });
+//   router.Add("GET", "/static/{rest...}", ServeFile);      // req.params["rest"] = "css/a.css"
+//   auto server = Server::Start({.port = 8080},
+//                               [&](Request& req) { return router.Dispatch(req); });
+//
+// Matching: a path is split at '/', empty segments ignored; each segment is percent-decoded
+// after splitting, so "%2F" inside a parameter stays in that parameter. A literal segment beats
+// "{param}", which beats "{rest...}", compared left to right. A route for another method on the
+// same path gives 405 with an Allow header rather than 404.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "http/message.h"
+
+namespace aicloud::http {
+
+using Handler = std::function<Response(Request&)>;
+
+// Thread-compatible: Add before serving, then Dispatch concurrently.
+class Router {
+ public:
+  // pattern: "/api/v1/tenants/{tenant}/jobs/{name}"; a "{name}" segment matches one non-empty
+  // path segment. A trailing "{rest...}" matches the remainder (zero or more segments, joined
+  // with '/'). Literal segments win over parameters. A later Add of the same method and pattern
+  // replaces the earlier one.
+  void Add(std::string method, std::string pattern, Handler handler);
+
+  // Calls the matching handler (fills req.params and req.route). No path match -> 404 error JSON
+  // ("no route for GET /x"); path matches but not the method -> 405 with an Allow header.
+  // A handler that throws -> 500 error JSON with the exception's message.
+  Response Dispatch(Request& req) const;
+
+ private:
+  struct Segment {
+    enum class Kind { kLiteral, kParam, kRest };
+    Kind kind;
+    std::string text;  // literal text or parameter name
+  };
+  struct Route {
+    std::string method;
+    std::string pattern;
+    std::vector<Segment> segments;
+    Handler handler;
+  };
+
+  std::vector<Route> routes_;
+};
+
+}  // namespace aicloud::http

@@ -1,0 +1,673 @@
+#include "http/server.h"
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "http/asio.h"
+
+// Shape: one acceptor coroutine on its own strand; one coroutine per connection on that
+// connection's strand, which reads a request, hands it to the worker pool (RunOnPool) and
+// writes the answer. A streaming response gets a thread of its own that writes chunks by
+// posting them to the connection's strand and waiting (ChunkWriter), while a second coroutine
+// on the strand (WatchDisconnect) reads from the socket so a client that goes away is noticed
+// without waiting for a write to fail.
+
+namespace aicloud::http {
+namespace server_internal {
+
+using asio::awaitable;
+using asio::use_awaitable;
+using PlainStream = beast::tcp_stream;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+template <class Stream>
+constexpr bool kIsTls = std::is_same_v<Stream, TlsStream>;
+
+inline auto Redirect(error_code& ec) { return asio::redirect_error(use_awaitable, ec); }
+
+// State shared by a streaming response's thread and its connection's strand.
+struct StreamCtl {
+  explicit StreamCtl(const asio::any_io_executor& ex) : wake(ex) {
+    wake.expires_at(asio::steady_timer::time_point::max());
+  }
+  // Any thread: the client is gone or the server is stopping.
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu);
+    closed = true;
+    cv.notify_all();
+  }
+  bool IsClosed() {
+    std::lock_guard<std::mutex> lock(mu);
+    return closed;
+  }
+  // Strand only: wakes the coroutine waiting in RunStream (also when it has not started waiting).
+  void Wake() { wake.expires_at(asio::steady_timer::time_point::min()); }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;  // GUARDED_BY(mu)
+
+  // Strand only.
+  asio::steady_timer wake;
+  int writes_in_flight = 0;
+  bool done = false;  // the stream function returned
+};
+
+struct ConnBase {
+  virtual ~ConnBase() = default;
+  // Any thread: ends the current stream and closes the socket.
+  virtual void Shutdown() = 0;
+};
+
+class Core;
+
+template <class Stream>
+struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stream>> {
+  Connection(tcp::socket socket, asio::ssl::context* ssl, Core* core_in)
+      : remote(RemoteOf(socket)), stream(MakeStream(std::move(socket), ssl)), core(core_in) {}
+
+  static std::string RemoteOf(const tcp::socket& s) {
+    error_code ec;
+    tcp::endpoint ep = s.remote_endpoint(ec);
+    return ec ? std::string() : EndpointString(ep);
+  }
+  static Stream MakeStream(tcp::socket s, asio::ssl::context* ssl) {
+    if constexpr (kIsTls<Stream>) {
+      return Stream(std::move(s), *ssl);
+    } else {
+      return Stream(std::move(s));
+    }
+  }
+
+  void Shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(ctl_mu);
+      if (ctl) ctl->Close();
+    }
+    asio::post(stream.get_executor(), [self = this->shared_from_this()] {
+      beast::get_lowest_layer(self->stream).close();
+    });
+  }
+
+  std::string remote;
+  Stream stream;
+  beast::flat_buffer buffer;
+  Core* core;
+  std::mutex ctl_mu;
+  std::shared_ptr<StreamCtl> ctl;  // GUARDED_BY(ctl_mu): the running stream, if any
+};
+
+class Core {
+ public:
+  Core(ServerOptions options, Handler handler)
+      : opts(std::move(options)),
+        handler_(std::move(handler)),
+        ioc(std::max(1, opts.io_threads)),
+        acceptor(asio::make_strand(ioc)),
+        workers(static_cast<size_t>(std::max(1, opts.worker_threads))) {}
+
+  ~Core() { Stop(); }
+
+  Status Listen();
+  Status LoadTls();
+  void Run();
+  void Stop();
+
+  Response Call(Request& req) const {
+    try {
+      return handler_(req);
+    } catch (const std::exception& e) {
+      return Response::Error(500, "internal", e.what());
+    } catch (...) {
+      return Response::Error(500, "internal", "handler threw a non-standard exception");
+    }
+  }
+
+  // Starts `body` on a thread of its own; false (and nothing started) once stopping.
+  bool StartStreamThread(std::function<void()> body) {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (stopping) return false;
+    // Reap the threads of streams that ended, so a long-running server does not collect them.
+    std::erase_if(streams_, [](StreamThread& t) {
+      if (!t.finished->load()) return false;
+      t.thread.join();
+      return true;
+    });
+    auto finished = std::make_shared<std::atomic<bool>>(false);
+    std::thread thread([body = std::move(body), finished]() mutable {
+      body();
+      body = nullptr;  // drop the connection before saying we are done
+      finished->store(true);
+    });
+    streams_.push_back({std::move(thread), std::move(finished)});
+    return true;
+  }
+
+  template <class Stream>
+  void Register(const std::shared_ptr<Connection<Stream>>& c) {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    std::erase_if(conns_, [](const std::weak_ptr<ConnBase>& w) { return w.expired(); });
+    conns_.push_back(c);
+  }
+
+  const ServerOptions opts;
+  std::atomic<bool> stopping{false};
+  uint16_t port = 0;
+
+ private:
+  struct StreamThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
+
+  awaitable<void> Accept();
+
+  const Handler handler_;
+  std::mutex stop_mu_;
+  bool stopped_ = false;  // GUARDED_BY(stop_mu_)
+  std::mutex conns_mu_;
+  std::vector<std::weak_ptr<ConnBase>> conns_;  // GUARDED_BY(conns_mu_)
+  std::mutex streams_mu_;
+  std::vector<StreamThread> streams_;  // GUARDED_BY(streams_mu_)
+
+ public:
+  // Declared after the registries and before the sockets: destroying the io_context destroys the
+  // suspended connection coroutines, which must still find the SSL context alive.
+  std::optional<asio::ssl::context> ssl;
+  asio::io_context ioc;
+  tcp::acceptor acceptor;
+  asio::thread_pool workers;
+
+ private:
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::vector<std::thread> io_threads_;
+};
+
+// Calls the handler on the worker pool and resumes the awaiting coroutine on its own executor
+// with the response. (The request travels by shared_ptr: GCC 12 miscompiles lambdas with
+// init-captures that are temporaries of a co_await expression.)
+auto CallOnPool(Core& core, std::shared_ptr<Request> req) {
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(Response)>(
+      [&core](auto handler, std::shared_ptr<Request> r) {
+        auto ex = asio::get_associated_executor(handler);
+        asio::post(core.workers, [&core, handler = std::move(handler), r, ex]() mutable {
+          Response resp = core.Call(*r);
+          r.reset();
+          asio::post(ex, [handler = std::move(handler), resp = std::move(resp)]() mutable {
+            handler(std::move(resp));
+          });
+        });
+      },
+      use_awaitable, std::move(req));
+}
+
+Request ToRequest(bhttp::request<bhttp::string_body>&& r, const std::string& remote) {
+  Request q;
+  q.method = std::string(r.method_string());
+  q.target = std::string(r.target());
+  std::string_view t = q.target;
+  size_t qm = t.find('?');
+  q.path = PercentDecode(t.substr(0, qm));
+  if (qm != std::string_view::npos) q.query = ParseQuery(t.substr(qm + 1));
+  for (const auto& field : r) {
+    std::string name(field.name_string());
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    auto [it, inserted] = q.headers.emplace(name, std::string(field.value()));
+    if (!inserted) it->second.append(", ").append(Sv(field.value()));
+  }
+  q.body = std::move(r.body());
+  q.remote = remote;
+  return q;
+}
+
+bool IEquals(std::string_view a, std::string_view b) { return beast::iequals(Bv(a), Bv(b)); }
+
+// The JSON error for a request that could not be read, or nullopt when the client simply went
+// away (or timed out) and there is nobody to answer.
+std::optional<Response> ReadErrorResponse(const error_code& ec, const ServerOptions& opts) {
+  if (ec == bhttp::error::body_limit) {
+    return Response::Error(413, "payload_too_large",
+                           "request body exceeds " + std::to_string(opts.max_body_bytes) + " bytes");
+  }
+  if (ec == bhttp::error::header_limit) {
+    return Response::Error(431, "header_too_large",
+                           "request header exceeds " + std::to_string(opts.max_header_bytes) + " bytes");
+  }
+  if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
+      ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
+      ec != bhttp::error::need_more) {
+    return Response::Error(400, "bad_request", "malformed request: " + ec.message());
+  }
+  return std::nullopt;
+}
+
+template <class Fields>
+void SetHeaders(Fields& res, Response& r) {
+  res.set(bhttp::field::server, "aicloud");
+  res.set(bhttp::field::content_type, r.content_type);
+  for (auto& [name, value] : r.headers) {
+    if (IEquals(name, "connection") || IEquals(name, "content-length") ||
+        IEquals(name, "transfer-encoding")) {
+      continue;  // framing is ours
+    }
+    if (IEquals(name, "content-type")) {
+      res.set(bhttp::field::content_type, value);
+    } else {
+      res.insert(name, value);
+    }
+  }
+}
+
+unsigned ValidStatus(int status) { return status >= 100 && status <= 999 ? status : 500; }
+
+template <class Stream>
+awaitable<error_code> WriteResponse(Connection<Stream>& c, Response r, bool keep_alive, bool head) {
+  bhttp::response<bhttp::string_body> res;
+  res.version(11);
+  res.result(ValidStatus(r.status));
+  SetHeaders(res, r);
+  res.keep_alive(keep_alive);
+  unsigned code = res.result_int();
+  if (code < 200 || code == 204 || code == 304) {
+    res.body().clear();  // these carry no body
+    res.prepare_payload();
+  } else if (head) {
+    res.content_length(r.body.size());
+  } else {
+    res.body() = std::move(r.body);
+    res.prepare_payload();
+  }
+  error_code ec;
+  beast::get_lowest_layer(c.stream).expires_after(c.core->opts.idle_timeout);
+  co_await bhttp::async_write(c.stream, res, Redirect(ec));
+  co_return ec;
+}
+
+// After an error answer while the client may still be sending (a body over the limit): stop
+// sending, read and drop what arrives for a moment so the client gets to read the answer
+// instead of a reset, then close.
+template <class Stream>
+awaitable<void> DrainAndClose(Connection<Stream>& c) {
+  auto& low = beast::get_lowest_layer(c.stream);
+  error_code ec;
+  low.socket().shutdown(tcp::socket::shutdown_send, ec);
+  low.expires_after(std::chrono::seconds(2));
+  static constexpr size_t kMaxDrain = 64 << 20;
+  size_t total = 0;
+  std::vector<char> buf(16384);
+  while (total < kMaxDrain) {
+    size_t n = co_await low.async_read_some(asio::buffer(buf), Redirect(ec));
+    if (ec) break;
+    total += n;
+  }
+  low.close();
+}
+
+template <class Stream>
+class ChunkWriter final : public StreamWriter {
+ public:
+  ChunkWriter(std::shared_ptr<Connection<Stream>> c, std::shared_ptr<StreamCtl> ctl)
+      : c_(std::move(c)), ctl_(std::move(ctl)) {}
+
+  bool Write(std::string_view chunk) override {
+    if (ctl_->IsClosed()) return false;
+    if (chunk.empty()) return true;  // an empty chunk would end the response
+    struct Op {
+      std::string data;
+      bool finished = false;  // GUARDED_BY(ctl->mu)
+      bool ok = false;        // GUARDED_BY(ctl->mu)
+    };
+    auto op = std::make_shared<Op>();
+    op->data.assign(chunk);
+    auto finish = [](StreamCtl& ctl, Op& o, bool ok) {
+      std::lock_guard<std::mutex> lock(ctl.mu);
+      o.finished = true;
+      o.ok = ok;
+      ctl.cv.notify_all();
+    };
+    asio::post(c_->stream.get_executor(), [c = c_, ctl = ctl_, op, finish] {
+      if (ctl->IsClosed()) return finish(*ctl, *op, false);
+      ++ctl->writes_in_flight;
+      asio::async_write(c->stream, bhttp::make_chunk(asio::buffer(op->data)),
+                        [c, ctl, op, finish](const error_code& ec, size_t) {
+                          --ctl->writes_in_flight;
+                          if (ec) ctl->Close();
+                          finish(*ctl, *op, !ec);
+                          ctl->Wake();
+                        });
+    });
+    std::unique_lock<std::mutex> lock(ctl_->mu);
+    ctl_->cv.wait(lock, [&] { return op->finished || ctl_->closed; });
+    return op->finished && op->ok;
+  }
+
+  bool closed() const override { return ctl_->IsClosed(); }
+
+ private:
+  std::shared_ptr<Connection<Stream>> c_;
+  std::shared_ptr<StreamCtl> ctl_;
+};
+
+// Reads (and drops) whatever the client sends while a stream runs; an error or EOF means the
+// client is gone.
+template <class Stream>
+awaitable<void> WatchDisconnect(std::shared_ptr<Connection<Stream>> c, std::shared_ptr<StreamCtl> ctl) {
+  std::vector<char> buf(1024);
+  error_code ec;
+  while (!ctl->done) {
+    co_await c->stream.async_read_some(asio::buffer(buf), Redirect(ec));
+    if (ec) break;
+  }
+  ctl->Close();
+}
+
+template <class Stream>
+awaitable<void> RunStream(std::shared_ptr<Connection<Stream>> c, Response r) {
+  Core& core = *c->core;
+  auto& low = beast::get_lowest_layer(c->stream);
+  bhttp::response<bhttp::empty_body> res;
+  res.version(11);
+  res.result(ValidStatus(r.status));
+  SetHeaders(res, r);
+  if (res.find(bhttp::field::cache_control) == res.end()) res.set(bhttp::field::cache_control, "no-cache");
+  res.keep_alive(false);
+  res.chunked(true);
+  bhttp::response_serializer<bhttp::empty_body> sr(res);
+  error_code ec;
+  low.expires_after(core.opts.idle_timeout);
+  co_await bhttp::async_write_header(c->stream, sr, Redirect(ec));
+  if (ec) co_return;
+  low.expires_never();  // the stream decides how long this lasts
+
+  auto ctl = std::make_shared<StreamCtl>(c->stream.get_executor());
+  {
+    std::lock_guard<std::mutex> lock(c->ctl_mu);
+    c->ctl = ctl;
+  }
+  if (core.stopping) ctl->Close();  // Stop may have looked at this connection before ctl was set
+  asio::co_spawn(c->stream.get_executor(), WatchDisconnect(c, ctl), asio::detached);
+  std::function<void(StreamWriter&)> fn = std::move(r.stream);
+  bool started = core.StartStreamThread([c, ctl, fn]() mutable {
+    {
+      ChunkWriter<Stream> writer(c, ctl);
+      try {
+        fn(writer);
+      } catch (...) {
+        // A stream that throws just ends; its status line is long gone.
+      }
+    }
+    fn = nullptr;
+    asio::post(c->stream.get_executor(), [ctl] {
+      ctl->done = true;
+      ctl->Wake();
+    });
+  });
+  if (!started) ctl->done = true;
+
+  while (!(ctl->done && ctl->writes_in_flight == 0)) {
+    co_await ctl->wake.async_wait(Redirect(ec));
+    ctl->wake.expires_at(asio::steady_timer::time_point::max());
+  }
+  if (!ctl->IsClosed()) {
+    low.expires_after(std::chrono::seconds(5));
+    co_await asio::async_write(c->stream, bhttp::make_chunk_last(), Redirect(ec));
+  }
+  low.close();  // also ends WatchDisconnect
+}
+
+template <class Stream>
+awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
+  Core& core = *c->core;
+  const ServerOptions& opts = core.opts;
+  auto& low = beast::get_lowest_layer(c->stream);
+  error_code ec;
+  if constexpr (kIsTls<Stream>) {
+    low.expires_after(opts.idle_timeout);
+    co_await c->stream.async_handshake(asio::ssl::stream_base::server, Redirect(ec));
+    if (ec) {
+      low.close();
+      co_return;
+    }
+  }
+  while (!core.stopping) {
+    bhttp::request_parser<bhttp::string_body> parser;
+    parser.body_limit(opts.max_body_bytes);
+    parser.header_limit(static_cast<std::uint32_t>(
+        std::min<size_t>(opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+    low.expires_after(opts.idle_timeout);
+    co_await bhttp::async_read_header(c->stream, c->buffer, parser, Redirect(ec));
+    if (!ec && !parser.is_done()) {
+      if (IEquals(Sv(parser.get()[bhttp::field::expect]), "100-continue")) {
+        bhttp::response<bhttp::empty_body> cont(bhttp::status::continue_, 11);
+        co_await bhttp::async_write(c->stream, cont, Redirect(ec));
+        if (ec) break;
+      }
+      co_await bhttp::async_read(c->stream, c->buffer, parser, Redirect(ec));
+    }
+    if (ec) {
+      if (std::optional<Response> err = ReadErrorResponse(ec, opts)) {
+        co_await WriteResponse(*c, std::move(*err), /*keep_alive=*/false, /*head=*/false);
+        co_await DrainAndClose(*c);
+        co_return;
+      }
+      break;
+    }
+
+    bool keep_alive = parser.get().keep_alive();
+    bool head = parser.get().method() == bhttp::verb::head;
+    auto req = std::make_shared<Request>(ToRequest(parser.release(), c->remote));
+    Response resp = co_await CallOnPool(core, req);
+    req.reset();
+    if (resp.stream) {
+      co_await RunStream(c, std::move(resp));
+      co_return;
+    }
+    for (const auto& [name, value] : resp.headers) {
+      if (IEquals(name, "connection") && IEquals(value, "close")) keep_alive = false;
+    }
+    if (core.stopping) keep_alive = false;
+    ec = co_await WriteResponse(*c, std::move(resp), keep_alive, head);
+    if (ec || !keep_alive) break;
+  }
+  if constexpr (kIsTls<Stream>) {
+    if (!ec) {
+      low.expires_after(std::chrono::seconds(2));
+      co_await c->stream.async_shutdown(Redirect(ec));
+    }
+  } else {
+    low.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+  low.close();
+}
+
+awaitable<void> Core::Accept() {
+  asio::steady_timer backoff(acceptor.get_executor());
+  while (!stopping) {
+    error_code ec;
+    asio::any_io_executor strand = asio::make_strand(ioc);
+    tcp::socket socket = co_await acceptor.async_accept(strand, Redirect(ec));
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+      // Out of descriptors and the like: wait a moment instead of spinning.
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(Redirect(ec));
+      continue;
+    }
+    if (stopping) co_return;
+    socket.set_option(tcp::no_delay(true), ec);
+    if (ssl) {
+      auto c = std::make_shared<Connection<TlsStream>>(std::move(socket), &*ssl, this);
+      Register(c);
+      asio::co_spawn(strand, Session(c), asio::detached);
+    } else {
+      auto c = std::make_shared<Connection<PlainStream>>(std::move(socket), nullptr, this);
+      Register(c);
+      asio::co_spawn(strand, Session(c), asio::detached);
+    }
+  }
+}
+
+// "tls_cert_file /x/c.pem: No such file or directory" when a file cannot be read at all.
+Status CheckReadable(std::string_view what, const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (f == nullptr) {
+    return InvalidArgumentError(std::string(what) + " " + file + ": " + std::strerror(errno));
+  }
+  std::fclose(f);
+  return OkStatus();
+}
+
+Status Core::LoadTls() {
+  if (opts.tls_cert_file.empty() != opts.tls_key_file.empty()) {
+    return InvalidArgumentError("tls_cert_file and tls_key_file must be set together");
+  }
+  if (opts.tls_cert_file.empty()) {
+    if (!opts.tls_client_ca_file.empty()) {
+      return InvalidArgumentError("tls_client_ca_file needs tls_cert_file and tls_key_file");
+    }
+    return OkStatus();
+  }
+  AICLOUD_RETURN_IF_ERROR(CheckReadable("tls_cert_file", opts.tls_cert_file));
+  AICLOUD_RETURN_IF_ERROR(CheckReadable("tls_key_file", opts.tls_key_file));
+  ssl.emplace(asio::ssl::context::tls_server);
+  ssl->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                   asio::ssl::context::no_tlsv1_1);
+  error_code ec;
+  ssl->use_certificate_chain_file(opts.tls_cert_file, ec);
+  if (ec) {
+    return InvalidArgumentError("tls_cert_file " + opts.tls_cert_file +
+                                ": not a PEM certificate chain (" + ec.message() + ")");
+  }
+  ssl->use_private_key_file(opts.tls_key_file, asio::ssl::context::pem, ec);
+  if (ec) {
+    return InvalidArgumentError("tls_key_file " + opts.tls_key_file + ": not a PEM private key (" +
+                                ec.message() + ")");
+  }
+  if (SSL_CTX_check_private_key(ssl->native_handle()) != 1) {
+    return InvalidArgumentError("tls_key_file " + opts.tls_key_file +
+                                " does not match tls_cert_file " + opts.tls_cert_file);
+  }
+  static const unsigned char kSessionContext[] = "aicloud";
+  SSL_CTX_set_session_id_context(ssl->native_handle(), kSessionContext, sizeof(kSessionContext) - 1);
+  if (!opts.tls_client_ca_file.empty()) {
+    AICLOUD_RETURN_IF_ERROR(CheckReadable("tls_client_ca_file", opts.tls_client_ca_file));
+    ssl->load_verify_file(opts.tls_client_ca_file, ec);
+    if (ec) {
+      return InvalidArgumentError("tls_client_ca_file " + opts.tls_client_ca_file +
+                                  ": not a PEM certificate file (" + ec.message() + ")");
+    }
+    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(opts.tls_client_ca_file.c_str())) {
+      SSL_CTX_set_client_CA_list(ssl->native_handle(), names);
+    }
+    ssl->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+  }
+  return OkStatus();
+}
+
+Status Core::Listen() {
+  std::string where = opts.host + ":" + std::to_string(opts.port);
+  error_code ec;
+  tcp::endpoint endpoint;
+  asio::ip::address addr = asio::ip::make_address(opts.host, ec);
+  if (!ec) {
+    endpoint = tcp::endpoint(addr, opts.port);
+  } else {
+    tcp::resolver resolver(ioc);
+    auto results = resolver.resolve(opts.host, std::to_string(opts.port), ec);
+    if (ec || results.empty()) {
+      return UnavailableError("http server: cannot resolve " + where + ": " +
+                              (ec ? ec.message() : std::string("no addresses")));
+    }
+    endpoint = results.begin()->endpoint();
+  }
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return UnavailableError("http server: cannot listen on " + where + ": " + ec.message());
+  port = acceptor.local_endpoint(ec).port();
+  return OkStatus();
+}
+
+void Core::Run() {
+  work_.emplace(ioc.get_executor());
+  asio::co_spawn(acceptor.get_executor(), Accept(), asio::detached);
+  for (int i = 0; i < std::max(1, opts.io_threads); ++i) {
+    io_threads_.emplace_back([this] { ioc.run(); });
+  }
+}
+
+void Core::Stop() {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    stopping = true;
+  }
+  // 1. No new connections. 2. Close the open ones and tell their streams to end.
+  asio::post(acceptor.get_executor(), [this] {
+    error_code ec;
+    acceptor.close(ec);
+  });
+  std::vector<std::shared_ptr<ConnBase>> live;
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    for (auto& w : conns_) {
+      if (auto c = w.lock()) live.push_back(std::move(c));
+    }
+    conns_.clear();
+  }
+  for (auto& c : live) c->Shutdown();
+  live.clear();
+  // 3. Wait for the streams and the handlers, then for the I/O threads.
+  std::vector<StreamThread> streams;
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    streams.swap(streams_);
+  }
+  for (StreamThread& t : streams) t.thread.join();
+  workers.join();
+  work_.reset();
+  ioc.stop();
+  for (std::thread& t : io_threads_) t.join();
+  io_threads_.clear();
+}
+
+}  // namespace server_internal
+
+class Server::Impl : public server_internal::Core {
+ public:
+  using Core::Core;
+};
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() { Stop(); }
+
+StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Handler handler) {
+  if (!handler) return InvalidArgumentError("http server: no handler");
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(handler));
+  AICLOUD_RETURN_IF_ERROR(impl->LoadTls());
+  AICLOUD_RETURN_IF_ERROR(impl->Listen());
+  impl->Run();
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+uint16_t Server::port() const { return impl_->port; }
+
+void Server::Stop() {
+  if (impl_) impl_->Stop();
+}
+
+}  // namespace aicloud::http

@@ -1,0 +1,464 @@
+// Server and Client together on 127.0.0.1, port 0.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "http/client.h"
+#include "http/router.h"
+#include "http/server.h"
+
+namespace aicloud::http {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+std::unique_ptr<Server> StartOrDie(Handler handler, ServerOptions options = {}) {
+  StatusOr<std::unique_ptr<Server>> s = Server::Start(std::move(options), std::move(handler));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+std::string Url(const Server& s, std::string scheme = "http") {
+  return scheme + "://127.0.0.1:" + std::to_string(s.port());
+}
+
+// Writes bytes on a plain socket and reads until the server closes (or 5 s pass).
+std::string RawExchange(uint16_t port, const std::string& bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  (void)!::write(fd, bytes.data(), bytes.size());
+  std::string out;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Router EchoRouter() {
+  Router router;
+  router.Add("POST", "/echo/{name}", [](Request& req) {
+    return Response::Json(200, {{"name", req.params["name"]},
+                                {"body", json::parse(req.body)},
+                                {"limit", req.Query("limit")},
+                                {"x-trace", req.Header("x-trace")},
+                                {"route", req.route},
+                                {"path", req.path}});
+  });
+  router.Add("GET", "/remote", [](Request& req) { return Response::Text(200, req.remote); });
+  router.Add("GET", "/ping", [](Request&) { return Response::Text(200, "pong"); });
+  return router;
+}
+
+TEST(ServerTest, JsonRoundTrip) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  Client client(Url(*server));
+  StatusOr<ClientResponse> r =
+      client.Send("POST", "/echo/a%20b?limit=5", R"({"x": [1, 2]})", {{"X-Trace", "t-1"}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->headers["content-type"], "application/json");
+  json body = json::parse(r->body);
+  EXPECT_EQ(body["name"], "a b");
+  EXPECT_EQ(body["path"], "/echo/a b");
+  EXPECT_EQ(body["body"]["x"][1], 2);
+  EXPECT_EQ(body["limit"], "5");
+  EXPECT_EQ(body["x-trace"], "t-1");
+  EXPECT_EQ(body["route"], "/echo/{name}");
+
+  r = client.Send("GET", "/missing");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "not_found");
+  r = client.Send("DELETE", "/ping");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->headers["allow"], "GET");
+}
+
+TEST(ServerTest, KeepAliveReusesOneConnection) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  Client client(Url(*server));
+  std::set<std::string> remotes;
+  for (int i = 0; i < 200; ++i) {
+    StatusOr<ClientResponse> r = client.Send("GET", "/remote");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    remotes.insert(r->body);
+  }
+  EXPECT_EQ(remotes.size(), 1u);
+}
+
+TEST(ServerTest, ClientReconnectsAfterServerClosedKeptConnection) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); },
+                           {.idle_timeout = std::chrono::seconds(1)});
+  ASSERT_TRUE(server);
+  Client client(Url(*server));
+  ASSERT_TRUE(client.Send("GET", "/ping").ok());
+  std::this_thread::sleep_for(1500ms);  // the server drops the idle connection
+  StatusOr<ClientResponse> r = client.Send("GET", "/ping");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "pong");
+}
+
+TEST(ServerTest, HundredConcurrentClients) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 100; ++t) {
+    threads.emplace_back([&, t] {
+      Client client(Url(*server));
+      for (int i = 0; i < 5; ++i) {
+        std::string body = json{{"t", t}, {"i", i}}.dump();
+        StatusOr<ClientResponse> r = client.Send("POST", "/echo/c" + std::to_string(t), body);
+        if (r.ok() && r->status == 200 && json::parse(r->body)["body"]["i"] == i) ++ok;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok.load(), 500);
+}
+
+TEST(ServerTest, BodyOverLimitIs413AndServerGoesOn) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); }, {.max_body_bytes = 1024});
+  ASSERT_TRUE(server);
+  Client client(Url(*server));
+  std::string big = "\"" + std::string(10000, 'x') + "\"";
+  StatusOr<ClientResponse> r = client.Send("POST", "/echo/big", big);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "payload_too_large");
+  EXPECT_EQ(r->headers["connection"], "close");
+  r = client.Send("POST", "/echo/small", "\"ok\"");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(ServerTest, HeaderOverLimitIs431) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); }, {.max_header_bytes = 1024});
+  ASSERT_TRUE(server);
+  Client client(Url(*server));
+  StatusOr<ClientResponse> r = client.Send("GET", "/ping", "", {{"X-Big", std::string(4000, 'y')}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 431);
+  r = client.Send("GET", "/ping");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST(ServerTest, MalformedRequestIs400AndClosed) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  std::string out = RawExchange(server->port(), "GARBAGE\r\n\r\n");
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 400")) << out;
+  EXPECT_NE(out.find("bad_request"), std::string::npos) << out;
+  out = RawExchange(server->port(), "GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 200")) << out;
+  EXPECT_NE(out.find("pong"), std::string::npos);
+}
+
+TEST(ServerTest, BlockingHandlerDoesNotBlockOthers) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  Router router = EchoRouter();
+  router.Add("GET", "/block", [&](Request&) {
+    released.wait_for(10s);
+    return Response::Text(200, "unblocked");
+  });
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  std::thread blocked([&] {
+    Client c(Url(*server));
+    StatusOr<ClientResponse> r = c.Send("GET", "/block");
+    EXPECT_TRUE(r.ok() && r->body == "unblocked");
+  });
+  std::this_thread::sleep_for(50ms);
+  Client client(Url(*server));
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) {
+    StatusOr<ClientResponse> r = client.Send("GET", "/ping");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->body, "pong");
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  release.set_value();
+  blocked.join();
+}
+
+TEST(ServerTest, SseEventsArriveIncrementally) {
+  std::promise<void> first_seen;
+  std::future<void> first_seen_f = first_seen.get_future();
+  std::atomic<bool> seen_before_end{false};
+  Router router;
+  router.Add("GET", "/events", [&](Request&) {
+    Response r;
+    r.content_type = "text/event-stream";
+    r.stream = [&](StreamWriter& w) {
+      w.SendEvent("put", "{\"n\": 1}", "1");
+      // The client must see event 1 while the stream is still open.
+      seen_before_end = first_seen_f.wait_for(5s) == std::future_status::ready;
+      std::this_thread::sleep_for(20ms);
+      w.SendEvent("put", "line a\nline b", "2");
+      std::this_thread::sleep_for(20ms);
+      w.SendEvent("delete", "{\"n\": 3}", "3");
+    };
+    return r;
+  });
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  Client client(Url(*server));
+  SseParser parser;
+  std::vector<SseEvent> events;
+  ClientResponse head;
+  Status s = client.Stream("GET", "/events", "", {}, [&](std::string_view bytes) {
+    for (SseEvent& e : parser.Feed(bytes)) {
+      events.push_back(std::move(e));
+      if (events.size() == 1) first_seen.set_value();
+    }
+    return true;
+  }, &head);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.headers["content-type"], "text/event-stream");
+  EXPECT_EQ(head.headers["transfer-encoding"], "chunked");
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_TRUE(seen_before_end.load());
+  EXPECT_EQ(events[0].data, "{\"n\": 1}");
+  EXPECT_EQ(events[1].data, "line a\nline b");
+  EXPECT_EQ(events[1].id, "2");
+  EXPECT_EQ(events[2].event, "delete");
+  // The connection closed after the stream; the client reconnects for the next request.
+  router.Add("GET", "/ping", [](Request&) { return Response::Text(200, "pong"); });
+  StatusOr<ClientResponse> r = client.Send("GET", "/ping");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+TEST(ServerTest, ClientDisconnectMakesWriteFail) {
+  std::promise<int> writes_until_false;
+  std::future<int> result = writes_until_false.get_future();
+  Router router;
+  router.Add("GET", "/tail", [&](Request&) {
+    Response r;
+    r.content_type = "text/plain";
+    r.stream = [&](StreamWriter& w) {
+      int n = 0;
+      auto deadline = std::chrono::steady_clock::now() + 5s;
+      while (std::chrono::steady_clock::now() < deadline && w.Write("line\n")) {
+        ++n;
+        std::this_thread::sleep_for(10ms);
+      }
+      EXPECT_TRUE(w.closed());
+      writes_until_false.set_value(n);
+    };
+    return r;
+  });
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  {
+    Client client(Url(*server));
+    Status s = client.Stream("GET", "/tail", "", {}, [](std::string_view) { return false; });
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_EQ(result.wait_for(3s), std::future_status::ready);
+  EXPECT_LT(result.get(), 300);
+}
+
+TEST(ServerTest, StopWithOpenStreamReturnsPromptly) {
+  std::promise<void> streaming;
+  Router router;
+  router.Add("GET", "/forever", [&](Request&) {
+    Response r;
+    r.stream = [&](StreamWriter& w) {
+      w.Write("first\n");
+      streaming.set_value();
+      while (!w.closed()) std::this_thread::sleep_for(5ms);
+      EXPECT_FALSE(w.Write("after stop\n"));
+    };
+    return r;
+  });
+  router.Add("GET", "/blocked-in-write", [&](Request&) {
+    Response r;
+    r.stream = [](StreamWriter& w) {
+      std::string chunk(1 << 16, 'z');
+      while (w.Write(chunk)) {}  // the client never reads: Write blocks until Stop
+    };
+    return r;
+  });
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  std::thread reader([&] {
+    Client client(Url(*server));
+    Status s = client.Stream("GET", "/forever", "", {}, [](std::string_view) { return true; });
+    (void)s;  // the server ends the stream mid-way: an error is fine
+  });
+  // A raw client that sends a request and never reads, so the server's writes back up.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::string req = "GET /blocked-in-write HTTP/1.1\r\nHost: x\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+
+  ASSERT_EQ(streaming.get_future().wait_for(5s), std::future_status::ready);
+  std::this_thread::sleep_for(200ms);
+  auto start = std::chrono::steady_clock::now();
+  server->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  server->Stop();  // idempotent
+  reader.join();
+  ::close(fd);
+}
+
+TEST(ServerTest, BindFailureNamesAddress) {
+  auto first = StartOrDie([](Request&) { return Response::Text(200, ""); });
+  ASSERT_TRUE(first);
+  StatusOr<std::unique_ptr<Server>> second =
+      Server::Start({.port = first->port()}, [](Request&) { return Response::Text(200, ""); });
+  // SO_REUSEADDR does not allow two listeners on one port.
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("127.0.0.1:" + std::to_string(first->port())),
+            std::string::npos)
+      << second.status().ToString();
+}
+
+// TLS: certificates made with the openssl CLI once for the suite.
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::system("command -v openssl >/dev/null 2>&1") != 0) return;
+    dir_ = std::filesystem::temp_directory_path() /
+           ("aicloud-http-tls-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    auto make = [](const std::string& name, const std::string& cn) {
+      std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -keyout " + (dir_ / (name + "-key.pem")).string() +
+                        " -out " + (dir_ / (name + ".pem")).string() + " -days 1 -subj /CN=" + cn +
+                        " -addext subjectAltName=DNS:localhost,IP:127.0.0.1 >/dev/null 2>&1";
+      return std::system(cmd.c_str()) == 0;
+    };
+    ready_ = make("server", "localhost") && make("other", "localhost") && make("client", "client");
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  void SetUp() override {
+    if (!ready_) GTEST_SKIP() << "openssl CLI not available";
+    router_.Add("GET", "/ping", [](Request&) { return Response::Text(200, "pong"); });
+  }
+  static std::string F(const std::string& name) { return (dir_ / name).string(); }
+  std::unique_ptr<Server> StartTls(std::string client_ca = "") {
+    return StartOrDie([this](Request& req) { return router_.Dispatch(req); },
+                      {.tls_cert_file = F("server.pem"), .tls_key_file = F("server-key.pem"),
+                       .tls_client_ca_file = std::move(client_ca)});
+  }
+
+  static inline std::filesystem::path dir_;
+  static inline bool ready_ = false;
+  Router router_;
+};
+
+TEST_F(TlsTest, HttpsRoundTripWithCaFile) {
+  auto server = StartTls();
+  ASSERT_TRUE(server);
+  Client client(Url(*server, "https"), {.ca_file = F("server.pem")});
+  for (int i = 0; i < 3; ++i) {
+    StatusOr<ClientResponse> r = client.Send("GET", "/ping");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->body, "pong");
+  }
+  Client by_name("https://localhost:" + std::to_string(server->port()), {.ca_file = F("server.pem")});
+  StatusOr<ClientResponse> r = by_name.Send("GET", "/ping");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Plain HTTP to an HTTPS-only server gets nothing useful.
+  Client plain(Url(*server), {.timeout = std::chrono::milliseconds(3000)});
+  r = plain.Send("GET", "/ping");
+  EXPECT_TRUE(!r.ok() || r->status != 200);
+}
+
+TEST_F(TlsTest, WrongCaIsRejected) {
+  auto server = StartTls();
+  ASSERT_TRUE(server);
+  Client client(Url(*server, "https"), {.ca_file = F("other.pem")});
+  StatusOr<ClientResponse> r = client.Send("GET", "/ping");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  Client insecure(Url(*server, "https"), {.insecure_skip_verify = true});
+  r = insecure.Send("GET", "/ping");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+TEST_F(TlsTest, MutualTlsRequiresClientCertificate) {
+  auto server = StartTls(F("client.pem"));
+  ASSERT_TRUE(server);
+  Client without(Url(*server, "https"), {.ca_file = F("server.pem")});
+  StatusOr<ClientResponse> r = without.Send("GET", "/ping");
+  EXPECT_FALSE(r.ok() && r->status == 200);
+  Client with(Url(*server, "https"), {.ca_file = F("server.pem"), .cert_file = F("client.pem"),
+                                      .key_file = F("client-key.pem")});
+  r = with.Send("GET", "/ping");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->body, "pong");
+  // A client certificate the server does not trust is rejected too.
+  Client wrong(Url(*server, "https"), {.ca_file = F("server.pem"), .cert_file = F("other.pem"),
+                                       .key_file = F("other-key.pem")});
+  r = wrong.Send("GET", "/ping");
+  EXPECT_FALSE(r.ok() && r->status == 200);
+}
+
+TEST_F(TlsTest, BadFilesNameTheFile) {
+  auto handler = [](Request&) { return Response::Text(200, ""); };
+  StatusOr<std::unique_ptr<Server>> s =
+      Server::Start({.tls_cert_file = F("missing.pem"), .tls_key_file = F("server-key.pem")}, handler);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("missing.pem"), std::string::npos) << s.status().ToString();
+  // A key that does not belong to the certificate.
+  s = Server::Start({.tls_cert_file = F("server.pem"), .tls_key_file = F("other-key.pem")}, handler);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("other-key.pem"), std::string::npos) << s.status().ToString();
+  // A key file given as the certificate.
+  s = Server::Start({.tls_cert_file = F("server-key.pem"), .tls_key_file = F("server-key.pem")}, handler);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("server-key.pem"), std::string::npos) << s.status().ToString();
+  s = Server::Start({.tls_cert_file = F("server.pem")}, handler);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace aicloud::http
