@@ -17,7 +17,8 @@ namespace {
 
 constexpr const char* kHeadName = "head";
 constexpr size_t kMaxBatch = 1000;
-constexpr int kCommitAttempts = 10;
+// How long a batch keeps retrying when another writer moved the chain under it.
+constexpr auto kConflictRetryFor = std::chrono::seconds(5);
 const std::string kGenesisHash(64, '0');
 
 std::string Canonical(const json& j) {
@@ -183,7 +184,8 @@ void AuditLog::WriterLoop() {
 
 Status AuditLog::CommitBatch(std::deque<Pending*>& batch) {
   Status last;
-  for (int attempt = 0; attempt < kCommitAttempts; ++attempt) {
+  const auto deadline = std::chrono::steady_clock::now() + kConflictRetryFor;
+  for (int attempt = 0;; ++attempt) {
     if (!head_loaded_) AICLOUD_RETURN_IF_ERROR(ReloadHead());
     const std::string now = NowRfc3339Ms();
     int64_t seq = head_seq_;
@@ -232,17 +234,17 @@ Status AuditLog::CommitBatch(std::deque<Pending*>& batch) {
     head_loaded_ = false;
     last = Status(done.status().code(), "audit: " + done.status().message());
     // Conflicts mean another writer moved the chain: retry on top of it.
-    if (done.status().code() != StatusCode::kAborted &&
-        done.status().code() != StatusCode::kAlreadyExists) {
+    if ((done.status().code() != StatusCode::kAborted &&
+         done.status().code() != StatusCode::kAlreadyExists) ||
+        std::chrono::steady_clock::now() >= deadline) {
       return last;
     }
     // Back off a random while so two writers do not keep colliding in lockstep.
     thread_local std::mt19937 rng{std::random_device{}()};
-    int max_us = 200 << std::min(attempt, 6);
+    int max_us = 100 << std::min(attempt, 5);
     std::this_thread::sleep_for(
         std::chrono::microseconds(std::uniform_int_distribution<int>(0, max_us)(rng)));
   }
-  return last;
 }
 
 VerifyResult AuditLog::Verify() {

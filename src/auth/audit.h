@@ -19,8 +19,9 @@
 //
 // Group commit: Append queues the entry; one writer thread takes everything queued, assigns
 // consecutive seqs, chains the hashes and commits the batch plus the head in ONE store Commit,
-// then wakes the callers. If the commit fails, the chain state is re-read from the store and the
-// batch retried (up to 10 times) when the failure was a conflict; otherwise its callers get the error.
+// then wakes the callers. If the commit fails, the chain state is re-read from the store; on a
+// conflict (another writer moved the chain) the batch is rebuilt on top of it and retried with
+// random backoff for up to 5 s; on any other error its callers get the error.
 //
 // What Verify catches: an edited record (hash mismatch), an edited record whose hash was
 // recomputed (the next record's prevHash), a deleted record (seq gap), deleted newest records

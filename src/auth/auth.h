@@ -47,6 +47,8 @@
 //   (no cordon, no users, no roles) ever comes from a tenant binding.
 // - A tenant-restricted key (Principal::key_tenant) is held to the same limits as a tenant
 //   binding for its tenant, whatever its owner's bindings say.
+// - So a tenant-admin of T, who may create RoleBindings in T, cannot escalate: even a binding of
+//   cluster-admin made in T grants only what a tenant-admin of T already has there.
 //
 // ApiKey management: a principal may create a key for itself when Authorize(create, apikeys,
 // <the new key's tenant or "">) allows it (so a developer bound in tenant a creates keys
