@@ -1,0 +1,171 @@
+// Agent: the node agent's main loop. It registers the node with the control plane, runs the
+// attempts the server assigns to it through a Supervisor, ships their output and reports their
+// states (with host and GPU metrics) back.
+//
+//   Agent agent({.server_url = "https://cp:8443", .token = key, .node_name = "gpu-1",
+//                .node_spec = *NodeSpecFromDiscovery(nvml), .work_dir = "/var/lib/aicloud",
+//                .tls = {.ca_file = "ca.pem"}});
+//   Status s = agent.Start();   // UNAVAILABLE when the server stays unreachable; 401/403/400
+//                               // refusals come back as UNAUTHENTICATED / PERMISSION_DENIED / ...
+//   ...
+//   agent.Stop();               // or let it go out of scope: running attempts get TERM, then KILL
+//
+// Protocol (server side: src/control/api.cc), every call with "Authorization: Bearer <token>":
+//   POST /api/v1/agent/nodes/{node}/register {"spec": ...}      -> {"epoch", "instance"}
+//   GET  /api/v1/agent/nodes/{node}/assignments?epoch&instance&after&waitMs   (long poll)
+//                                                                -> {"version", "instance",
+//                                                                    "attempts": [...]}
+//   POST /api/v1/agent/nodes/{node}/report?epoch  {"metrics", "attempts", "events"} -> {"stop"}
+//   POST /api/v1/agent/nodes/{node}/logs?epoch&attempt&offset   raw bytes -> {"offset"}
+//
+// Two threads, each with its own http::Client:
+//  - the assignments thread long-polls the desired set of attempts and reconciles: a desired
+//    attempt that this Agent never started is started (an attempt id is never started twice in
+//    the Agent's lifetime, even after it ended and was forgotten); a local attempt that is no
+//    longer desired is stopped if still running.
+//  - the report thread, every `heartbeat` or within ~20 ms of an attempt changing state, takes
+//    the attempts' states, ships their new log bytes, then reports those states (so output is
+//    complete on the server before it sees an attempt finish), and handles the answer's stop
+//    list. Ended attempts are reported until the server drops them from the desired set (or
+//    lists them in "stop"), then forgotten.
+// A "failed_precondition" answer that names the epoch ("stale agent epoch", "not registered")
+// makes the agent register again (new epoch) and stop and forget every local attempt: the
+// server has already ended them. Transport errors and malformed answers are logged and retried
+// with backoff (100 ms doubling, capped at 2 s); running attempts keep running meanwhile.
+//
+// Environment given to each attempt, on top of the assignment's env:
+//   AICLOUD_CHECKPOINT_DIR  <work_dir>/checkpoints/<tenant>/<job> (created)
+//   CUDA_VISIBLE_DEVICES    "0,3" (the assigned GPU indices; "" with none)
+//   AICLOUD_GPU_MILLI       "500,500" per GPU, only when a share is fractional (< 1000 milli)
+//   AICLOUD_GPU_MEMORY_MIB  "20480" per GPU, only when the assignment caps GPU memory
+// Files: <work_dir>/attempts/<id> (working dir unless the assignment names one) and
+// <work_dir>/logs/<id>.log.
+//
+// GPU hand-over: the agent remembers which tenant last ran on each GPU index; when an attempt of
+// another tenant starts there, the next report carries an event {"reason": "GpuMemoryWiped",
+// ...} (this build records the wipe only; it does not clear device memory).
+//
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "agent/gpu_discovery.h"
+#include "agent/supervisor.h"
+#include "core/status.h"
+#include "http/client.h"
+
+namespace aicloud::agent {
+
+struct AgentOptions {
+  std::string server_url;                 // http://127.0.0.1:8080
+  std::string token;                      // API key with the agent role
+  std::string node_name;
+  nlohmann::json node_spec;               // what register sends as "spec"
+  std::string work_dir;                   // attempts' dirs, logs, checkpoints live here
+  std::chrono::milliseconds heartbeat{10000};
+  std::chrono::milliseconds poll_wait{20000};   // long-poll waitMs
+  http::ClientOptions tls;                // ca/cert/key for https/mTLS (its timeout bounds each
+                                          // request; the long poll gets poll_wait on top)
+  // How long Start keeps retrying registration while the server is unreachable (or answers
+  // 5xx / malformed JSON) before it gives up with UNAVAILABLE.
+  std::chrono::milliseconds register_deadline{10000};
+  // Passed to the Supervisor ("" tries /sys/fs/cgroup/aicloud).
+  std::string cgroup_root;
+  // Try NVML for GPU metrics in the heartbeat.
+  bool gpu_metrics = true;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();  // Stop()
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Creates the work directories, registers (retrying with backoff until register_deadline while
+  // the server is unreachable: then UNAVAILABLE), then starts the threads. A refusal is returned
+  // at once: 401 -> UNAUTHENTICATED, 403 -> PERMISSION_DENIED, 400 -> INVALID_ARGUMENT (or
+  // FAILED_PRECONDITION), other 4xx -> FAILED_PRECONDITION, with the server's message.
+  // FAILED_PRECONDITION when already started.
+  Status Start();
+  // Stops the threads (waiting for an outstanding long poll: at most poll_wait), then stops the
+  // attempts still running (SIGTERM, SIGKILL after their grace) and waits for them. Idempotent.
+  void Stop();
+
+  std::string epoch() const;
+  // Attempts currently running.
+  int running() const;
+  // How many times the node registered (1 after Start; +1 per re-registration).
+  int registrations() const;
+
+ private:
+  struct Local {
+    std::string tenant, job;
+    std::string log_path;
+    bool desired = true;          // in the latest desired set
+    bool forget = false;          // stop-listed or ended by a re-registration: forget once ended
+    bool orphaned = false;        // ended by a re-registration: no longer reported
+    bool terminal_reported = false;
+    bool final_ship_done = false;  // a log pass ran after the attempt had ended
+    bool log_done = false;        // the server refuses this attempt's log: stop shipping
+    int64_t shipped = 0;          // log bytes the server has
+    std::string start_error;      // Supervisor::Start refused it (reported as Failed)
+  };
+  struct Registration {
+    std::string epoch, instance;
+  };
+
+  StatusOr<Registration> RegisterOnce(http::Client& client, bool* retryable);
+  // Registers again unless another thread already did since `seen_epoch`; retries until it
+  // works or the agent stops. Then stops and orphans every local attempt.
+  void Reregister(http::Client& client, const std::string& seen_epoch);
+  void PollLoop();
+  void ReportLoop();
+  void Reconcile(const std::string& epoch, const nlohmann::json& attempts);
+  void StartAttemptLocked(const nlohmann::json& a);
+  void ShipLogs(http::Client& client, const std::string& epoch);
+  // Returns false when the agent is stopping. Waits `d` or until Stop.
+  bool SleepFor(std::chrono::milliseconds d);
+  bool stopping() const { return stopping_.load(); }
+  http::Headers AuthHeaders() const;
+  std::string NodePath() const;
+
+  const AgentOptions options_;
+  std::unique_ptr<Supervisor> sup_;
+  std::unique_ptr<GpuDiscovery> nvml_;
+
+  mutable std::mutex mu_;
+  std::string epoch_, instance_;
+  int64_t version_ = -1;
+  int registrations_ = 0;
+  bool started_threads_ = false;
+  std::map<std::string, Local> local_;
+  std::set<std::string> ever_started_;
+  std::map<int, std::string> gpu_tenant_;  // GPU index -> tenant that last ran there
+  nlohmann::json pending_events_ = nlohmann::json::array();
+
+  std::mutex register_mu_;  // one re-registration at a time
+
+  std::mutex wake_mu_;  // the report thread's wake-up (the Supervisor listener takes only this)
+  std::condition_variable wake_cv_;
+  bool wake_ = false;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::atomic<bool> stopping_{false};
+
+  std::thread poll_thread_, report_thread_;
+};
+
+}  // namespace aicloud::agent

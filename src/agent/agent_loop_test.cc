@@ -1,0 +1,443 @@
+// Agent against an in-memory fake of the control plane's four agent endpoints.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.h"
+#include "http/router.h"
+#include "http/server.h"
+
+namespace aicloud::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+class WorkDir {
+ public:
+  WorkDir() {
+    std::string tmpl = (fs::temp_directory_path() / "agent_loop_test.XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~WorkDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool WaitFor(const std::function<bool()>& pred, milliseconds timeout = milliseconds(5000)) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return pred();
+}
+
+// The control plane's agent API, in memory.
+class FakeControlPlane {
+ public:
+  static constexpr const char* kToken = "agent-key";
+
+  FakeControlPlane() {
+    auto guarded = [this](http::Handler h) {
+      return [this, h](http::Request& r) {
+        if (r.Header("authorization") != std::string("Bearer ") + kToken) {
+          return http::Response::Error(401, "unauthenticated", "bad key");
+        }
+        return h(r);
+      };
+    };
+    router_.Add("POST", "/api/v1/agent/nodes/{node}/register", guarded([this](http::Request& r) {
+      json body = json::parse(r.body);
+      std::lock_guard<std::mutex> l(mu);
+      specs.push_back(body["spec"]);
+      epoch = "e" + std::to_string(specs.size());
+      ++version;
+      cv.notify_all();
+      return http::Response::Json(200, {{"epoch", epoch}, {"instance", "i1"}, {"node", r.params["node"]}});
+    }));
+    router_.Add("GET", "/api/v1/agent/nodes/{node}/assignments", guarded([this](http::Request& r) {
+      std::unique_lock<std::mutex> l(mu);
+      const std::string e = r.Query("epoch");
+      const int64_t after = std::stoll(r.Query("after", "-1"));
+      cv.wait_for(l, milliseconds(std::stoll(r.Query("waitMs", "0"))),
+                  [&] { return stopping_ || epoch != e || version > after; });
+      if (epoch != e) return Stale(e);
+      ++polls;
+      return http::Response::Json(200, {{"version", version}, {"instance", "i1"}, {"attempts", desired}});
+    }));
+    router_.Add("POST", "/api/v1/agent/nodes/{node}/report", guarded([this](http::Request& r) {
+      json body = json::parse(r.body);
+      std::lock_guard<std::mutex> l(mu);
+      if (r.Query("epoch") != epoch) return Stale(r.Query("epoch"));
+      json stop = json::array();
+      for (const json& a : body["attempts"]) {
+        std::string id = a["attempt"];
+        if (stop_ids.count(id)) stop.push_back(id);
+        if (a["state"] != "Running" && !logs_at_terminal.count(id)) logs_at_terminal[id] = logs[id];
+      }
+      reports.push_back(body);
+      return http::Response::Json(200, {{"stop", stop}});
+    }));
+    router_.Add("POST", "/api/v1/agent/nodes/{node}/logs", guarded([this](http::Request& r) {
+      std::lock_guard<std::mutex> l(mu);
+      const std::string id = r.Query("attempt");
+      if (refuse_logs.count(id)) {
+        return http::Response::Error(400, "failed_precondition", "attempt " + id + " is not running");
+      }
+      std::string& log = logs[id];
+      const int64_t offset = std::stoll(r.Query("offset"));
+      const int64_t size = static_cast<int64_t>(log.size());
+      if (offset > size) {
+        return http::Response::Error(400, "out_of_range", "expected offset " + std::to_string(size));
+      }
+      if (size - offset < static_cast<int64_t>(r.body.size())) log += r.body.substr(size - offset);
+      return http::Response::Json(200, {{"offset", log.size()}});
+    }));
+    StatusOr<std::unique_ptr<http::Server>> s = http::Server::Start(
+        {.port = 0, .worker_threads = 8}, [this](http::Request& r) { return router_.Dispatch(r); });
+    EXPECT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+  }
+  ~FakeControlPlane() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      stopping_ = true;
+    }
+    cv.notify_all();
+    server_->Stop();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+
+  void SetDesired(json attempts) {
+    std::lock_guard<std::mutex> l(mu);
+    desired = std::move(attempts);
+    ++version;
+    cv.notify_all();
+  }
+  // Every call with the current epoch is answered "stale" from now on.
+  void Invalidate() {
+    std::lock_guard<std::mutex> l(mu);
+    epoch = "revoked";
+    cv.notify_all();
+  }
+  int registrations() {
+    std::lock_guard<std::mutex> l(mu);
+    return static_cast<int>(specs.size());
+  }
+  std::string Log(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu);
+    return logs[id];
+  }
+  // The latest reported entry of attempt `id` (null if never reported).
+  json LastReport(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu);
+    for (auto it = reports.rbegin(); it != reports.rend(); ++it) {
+      for (const json& a : (*it)["attempts"]) {
+        if (a["attempt"] == id) return a;
+      }
+    }
+    return nullptr;
+  }
+  std::vector<std::string> States(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu);
+    std::vector<std::string> out;
+    for (const json& r : reports) {
+      for (const json& a : r["attempts"]) {
+        if (a["attempt"] == id && (out.empty() || out.back() != a["state"])) out.push_back(a["state"]);
+      }
+    }
+    return out;
+  }
+  bool InLatestReport(const std::string& id) {
+    std::lock_guard<std::mutex> l(mu);
+    if (reports.empty()) return false;
+    for (const json& a : reports.back()["attempts"]) {
+      if (a["attempt"] == id) return true;
+    }
+    return false;
+  }
+  size_t ReportCount() {
+    std::lock_guard<std::mutex> l(mu);
+    return reports.size();
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<json> specs;
+  std::string epoch;
+  int64_t version = 0;
+  int polls = 0;
+  json desired = json::array();
+  std::vector<json> reports;
+  std::map<std::string, std::string> logs;
+  std::map<std::string, std::string> logs_at_terminal;
+  std::set<std::string> stop_ids, refuse_logs;
+
+ private:
+  static http::Response Stale(const std::string& e) {
+    return http::Response::Error(400, "failed_precondition",
+                                 "stale agent epoch " + e + " for node n1; register again");
+  }
+  bool stopping_ = false;
+  http::Router router_;
+  std::unique_ptr<http::Server> server_;
+};
+
+json Attempt(const std::string& id, const std::string& cmd, json gpus = json::array(),
+             const std::string& tenant = "t", const std::string& job = "j") {
+  return {{"attempt", id}, {"tenant", tenant}, {"job", job}, {"worker", 0},
+          {"argv", {"/bin/sh", "-c", cmd}}, {"env", {{"AICLOUD_JOB", job}}},
+          {"workingDir", ""}, {"cpuMillis", 0}, {"memoryBytes", 0}, {"gpus", gpus},
+          {"graceSeconds", 2}};
+}
+
+class AgentLoopTest : public ::testing::Test {
+ protected:
+  AgentOptions Options() {
+    AgentOptions o;
+    o.server_url = cp.url();
+    o.token = FakeControlPlane::kToken;
+    o.node_name = "n1";
+    o.node_spec = {{"name", "n1"}, {"cpuMillis", 8000}, {"memoryBytes", 1 << 30},
+                   {"gpus", json::array({{{"index", 0}, {"model", "H100-SXM"}}})}};
+    o.work_dir = dir.path();
+    o.heartbeat = milliseconds(200);
+    o.poll_wait = milliseconds(300);
+    o.register_deadline = milliseconds(2000);
+    o.gpu_metrics = false;
+    return o;
+  }
+  void StartAgent() {
+    agent = std::make_unique<Agent>(Options());
+    ASSERT_TRUE(agent->Start().ok());
+  }
+  void TearDown() override { agent.reset(); }
+
+  WorkDir dir;
+  FakeControlPlane cp;
+  std::unique_ptr<Agent> agent;
+};
+
+TEST_F(AgentLoopTest, RegistersWithNodeSpecAndReportsMetrics) {
+  StartAgent();
+  EXPECT_EQ(agent->epoch(), "e1");
+  ASSERT_EQ(cp.registrations(), 1);
+  EXPECT_EQ(cp.specs[0], Options().node_spec);
+  ASSERT_TRUE(WaitFor([&] { return cp.ReportCount() >= 2; }));  // heartbeat repeats
+  std::lock_guard<std::mutex> l(cp.mu);
+  EXPECT_TRUE(cp.reports[0]["metrics"]["host"].contains("node_memory_MemTotal_bytes"))
+      << cp.reports[0].dump();
+}
+
+TEST_F(AgentLoopTest, RunsAttemptShipsLogsThenReportsExit) {
+  StartAgent();
+  cp.SetDesired({Attempt("a1", "echo hello-from-a1; sleep 0.3; echo bye"),
+                 Attempt("a2", "echo failing; exit 3")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a2")["state"] == "Failed"; }));
+  EXPECT_EQ(cp.States("a1"), (std::vector<std::string>{"Running", "Succeeded"}));
+  EXPECT_EQ(cp.LastReport("a1")["exitCode"], 0);
+  EXPECT_EQ(cp.LastReport("a2")["exitCode"], 3);
+  EXPECT_EQ(cp.Log("a1"), "hello-from-a1\nbye\n");
+  EXPECT_EQ(cp.Log("a2"), "failing\n");
+  std::lock_guard<std::mutex> l(cp.mu);
+  // The whole output had arrived before the server saw the attempt finish.
+  EXPECT_EQ(cp.logs_at_terminal["a1"], "hello-from-a1\nbye\n");
+  EXPECT_EQ(cp.logs_at_terminal["a2"], "failing\n");
+}
+
+TEST_F(AgentLoopTest, AttemptRemovedFromDesiredSetIsKilled) {
+  StartAgent();
+  cp.SetDesired({Attempt("a1", "sleep 30")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Running"; }));
+  EXPECT_EQ(agent->running(), 1);
+  const auto t0 = SteadyClock::now();
+  cp.SetDesired(json::array());
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Killed"; }));
+  EXPECT_LT(SteadyClock::now() - t0, milliseconds(1000));
+  EXPECT_EQ(agent->running(), 0);
+  // Once its end has been reported and it is no longer desired, it is forgotten.
+  EXPECT_TRUE(WaitFor([&] { return !cp.InLatestReport("a1"); }));
+}
+
+TEST_F(AgentLoopTest, StopListKillsAttempt) {
+  StartAgent();
+  cp.SetDesired({Attempt("a1", "sleep 30")});
+  ASSERT_TRUE(WaitFor([&] { return agent->running() == 1; }));
+  {
+    std::lock_guard<std::mutex> l(cp.mu);
+    cp.stop_ids.insert("a1");
+  }
+  ASSERT_TRUE(WaitFor([&] { return agent->running() == 0; }, milliseconds(2000)));
+  EXPECT_TRUE(WaitFor([&] { return !cp.InLatestReport("a1"); }));
+  // Still desired, but never started again.
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(agent->running(), 0);
+}
+
+TEST_F(AgentLoopTest, AttemptIsNeverStartedTwice) {
+  StartAgent();
+  const std::string marker = dir.path() + "/marker";
+  const json a = Attempt("a1", "echo run >> " + marker);
+  cp.SetDesired({a});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
+  // Still desired: reported again, not re-run.
+  const size_t n = cp.ReportCount();
+  ASSERT_TRUE(WaitFor([&] { return cp.ReportCount() >= n + 2; }));
+  EXPECT_TRUE(cp.InLatestReport("a1"));
+  cp.SetDesired(json::array());
+  ASSERT_TRUE(WaitFor([&] { return !cp.InLatestReport("a1"); }));  // forgotten
+  cp.SetDesired({a});  // handed out again
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_EQ(Slurp(marker), "run\n");
+  EXPECT_EQ(agent->running(), 0);
+}
+
+TEST_F(AgentLoopTest, StaleEpochReregistersAndKillsLocalAttempts) {
+  StartAgent();
+  cp.SetDesired({Attempt("a1", "sleep 30")});
+  ASSERT_TRUE(WaitFor([&] { return agent->running() == 1; }));
+  cp.Invalidate();
+  ASSERT_TRUE(WaitFor([&] { return cp.registrations() == 2; }));
+  ASSERT_TRUE(WaitFor([&] { return agent->running() == 0; }, milliseconds(2000)));
+  EXPECT_EQ(agent->epoch(), "e2");
+  EXPECT_EQ(agent->registrations(), 2);
+  // The attempt is still in the desired set; the agent does not start it again, keeps polling
+  // and reporting with the new epoch.
+  const size_t n = cp.ReportCount();
+  ASSERT_TRUE(WaitFor([&] { return cp.ReportCount() >= n + 2; }));
+  EXPECT_EQ(agent->running(), 0);
+  EXPECT_EQ(cp.registrations(), 2);
+}
+
+TEST_F(AgentLoopTest, ChildEnvironmentHasGpusAndCheckpointDir) {
+  StartAgent();
+  const std::string cmd =
+      "echo \"CVD=[${CUDA_VISIBLE_DEVICES-unset}]\"; echo \"CKPT=$AICLOUD_CHECKPOINT_DIR\"; "
+      "echo \"MILLI=${AICLOUD_GPU_MILLI-unset} MEM=${AICLOUD_GPU_MEMORY_MIB-unset}\"; "
+      "echo \"JOB=$AICLOUD_JOB\"";
+  cp.SetDesired({Attempt("g1", cmd, json::array({{{"index", 1}, {"milli", 1000}},
+                                                 {{"index", 3}, {"milli", 1000}}}),
+                         "t1", "train"),
+                 Attempt("c1", cmd, json::array(), "t1", "cpu"),
+                 Attempt("f1", cmd, json::array({{{"index", 2}, {"milli", 500}, {"memMiB", 1024}}}),
+                         "t1", "frac")});
+  for (const char* id : {"g1", "c1", "f1"}) {
+    ASSERT_TRUE(WaitFor([&] { return cp.LastReport(id)["state"] == "Succeeded"; })) << id;
+  }
+  const std::string ckpt = dir.path() + "/checkpoints/t1/train";
+  EXPECT_EQ(cp.Log("g1"), "CVD=[1,3]\nCKPT=" + ckpt + "\nMILLI=unset MEM=unset\nJOB=train\n");
+  EXPECT_TRUE(fs::is_directory(ckpt));
+  EXPECT_EQ(cp.Log("c1"), "CVD=[]\nCKPT=" + dir.path() + "/checkpoints/t1/cpu\n"
+                          "MILLI=unset MEM=unset\nJOB=cpu\n");
+  EXPECT_NE(cp.Log("f1").find("MILLI=500 MEM=1024"), std::string::npos) << cp.Log("f1");
+}
+
+TEST_F(AgentLoopTest, GpuHandedToAnotherTenantIsWiped) {
+  StartAgent();
+  cp.SetDesired({Attempt("a1", "true", json::array({{{"index", 0}, {"milli", 1000}}}), "alice")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
+  cp.SetDesired({Attempt("b1", "true", json::array({{{"index", 0}, {"milli", 1000}}}), "bob", "jb")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("b1")["state"] == "Succeeded"; }));
+  std::lock_guard<std::mutex> l(cp.mu);
+  json events = json::array();
+  for (const json& r : cp.reports) {
+    for (const json& e : r["events"]) events.push_back(e);
+  }
+  ASSERT_EQ(events.size(), 1u) << events.dump();
+  EXPECT_EQ(events[0]["reason"], "GpuMemoryWiped");
+  EXPECT_EQ(events[0]["tenant"], "bob");
+  EXPECT_EQ(events[0]["job"], "jb");
+  EXPECT_EQ(events[0]["message"], "GPU 0 wiped before tenant bob (no CUDA device: recorded only)");
+}
+
+TEST_F(AgentLoopTest, LogResentFromServerOffsetAfterOutOfRange) {
+  StartAgent();
+  cp.SetDesired({Attempt("a1", "echo part1; sleep 0.6; echo part2")});
+  ASSERT_TRUE(WaitFor([&] { return cp.Log("a1") == "part1\n"; }));
+  {
+    std::lock_guard<std::mutex> l(cp.mu);
+    cp.logs["a1"].clear();  // the server lost what it had: the agent's offset is now too far
+  }
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
+  EXPECT_EQ(cp.Log("a1"), "part1\npart2\n");
+}
+
+TEST_F(AgentLoopTest, RefusedLogIsNoLongerShipped) {
+  {
+    std::lock_guard<std::mutex> l(cp.mu);
+    cp.refuse_logs.insert("a1");
+  }
+  StartAgent();
+  cp.SetDesired({Attempt("a1", "echo x")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
+  EXPECT_EQ(cp.Log("a1"), "");
+}
+
+TEST(AgentStartTest, ServerDownFailsWithUnavailableAfterDeadline) {
+  WorkDir dir;
+  AgentOptions o;
+  o.server_url = "http://127.0.0.1:1";  // nothing listens there
+  o.token = "k";
+  o.node_name = "n1";
+  o.work_dir = dir.path();
+  o.register_deadline = milliseconds(600);
+  o.gpu_metrics = false;
+  Agent agent(o);
+  const auto t0 = SteadyClock::now();
+  Status s = agent.Start();
+  const auto took = SteadyClock::now() - t0;
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+  EXPECT_GE(took, milliseconds(550));
+  EXPECT_LT(took, milliseconds(3000));
+  EXPECT_EQ(agent.running(), 0);
+}
+
+TEST(AgentStartTest, RefusedRegistrationFailsAtOnce) {
+  WorkDir dir;
+  FakeControlPlane cp;
+  AgentOptions o;
+  o.server_url = cp.url();
+  o.token = "wrong";
+  o.node_name = "n1";
+  o.work_dir = dir.path();
+  o.gpu_metrics = false;
+  Agent agent(o);
+  const auto t0 = SteadyClock::now();
+  Status s = agent.Start();
+  EXPECT_EQ(s.code(), StatusCode::kUnauthenticated) << s;
+  EXPECT_LT(SteadyClock::now() - t0, milliseconds(1000));
+}
+
+}  // namespace
+}  // namespace aicloud::agent
