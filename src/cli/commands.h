@@ -3,11 +3,21 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
 
 namespace aicloud::cli {
 
 void AddSimulate(CLI::App& app, int* exit_code);
 void AddInventory(CLI::App& app, int* exit_code);
+// server, agent, up.
+void AddServer(CLI::App& app, int* exit_code);
+// login, apply, get, describe, delete, logs, cancel, cordon, uncordon, drain, usage, audit, key,
+// whoami.
+void AddClient(CLI::App& app, int* exit_code);
+// Writes the CLI's saved credentials ($AICLOUD_CONFIG, default ~/.aicloud/config.json, mode 600).
+Status SaveClientConfig(const nlohmann::json& config);
 // `simulate events`, registered on the `simulate` subcommand by AddSimulate.
 void AddSimulateEvents(CLI::App& simulate, int* exit_code);
 

@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   aicloud::cli::AddSimulate(app, &exit_code);
   aicloud::cli::AddInventory(app, &exit_code);
+  aicloud::cli::AddServer(app, &exit_code);
+  aicloud::cli::AddClient(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -210,7 +210,10 @@ Status ControlPlane::AddClusterNode(Node& node, const json& spec) {
     n.gpus.push_back(gpu);
   }
   n.pool = spec.value("pool", "");
-  for (const auto& [k, v] : spec.value("labels", json::object()).items()) n.labels[k] = v;
+  const json labels = spec.value("labels", json::object());
+  for (const auto& [k, v] : labels.items()) {
+    if (v.is_string()) n.labels[k] = v.get<std::string>();
+  }
   for (const json& t : spec.value("taints", json::array())) {
     n.taints.push_back({t.value("key", ""), t.value("value", ""), t.value("effect", "NoSchedule")});
   }
@@ -889,7 +892,20 @@ StatusOr<json> ControlPlane::AgentReport(const std::string& node, const std::str
     r.cpu_seconds = a.value("cpuSeconds", 0.0);
     reports_.push_back(std::move(r));
   }
-  if (!reports_.empty()) wake_cv_.notify_one();
+  // Events the agent saw (e.g. a GPU memory wipe between tenants), recorded in the tenant.
+  for (const json& ev : report.value("events", json::array())) {
+    const std::string tenant = ev.value("tenant", "");
+    if (tenant.empty() || !ev.is_object()) continue;
+    events_.push_back({{"apiVersion", "aicloud/v1"},
+                       {"kind", "Event"},
+                       {"metadata", {{"name", node + "." + instance_ + "." + std::to_string(++event_counter_)},
+                                     {"tenant", tenant}}},
+                       {"spec", {{"type", "Normal"}, {"reason", ev.value("reason", "AgentEvent")},
+                                 {"message", "node " + node + ": " + ev.value("message", "")},
+                                 {"involvedObject", {{"kind", "Job"}, {"name", ev.value("job", "")}}}}}});
+    wake_ = true;
+  }
+  if (!reports_.empty() || wake_) wake_cv_.notify_one();
   return json{{"stop", stop}};
 }
 
@@ -928,7 +944,8 @@ StatusOr<json> ControlPlane::WaitAssignments(const std::string& node, const std:
   AICLOUD_RETURN_IF_ERROR(check());
   assign_cv_.wait_for(l, wait, [&] {
     Node* n = FindNode(node);
-    return stop_ || instance != instance_ || n == nullptr || n->epoch != epoch || n->version > static_cast<uint64_t>(after);
+    return stop_ || after < 0 || instance != instance_ || n == nullptr || n->epoch != epoch ||
+           n->version > static_cast<uint64_t>(after);
   });
   AICLOUD_RETURN_IF_ERROR(check());
   Node* n = FindNode(node);

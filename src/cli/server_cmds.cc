@@ -1,0 +1,320 @@
+// Process verbs of `aicloud`: `server` (API, store, scheduler, controllers), `agent` (one per
+// machine: registers, heartbeats, runs assigned work) and `up` (a whole cluster on this machine:
+// server + simulated GPU nodes whose work runs as real processes).
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/gpu_discovery.h"
+#include "agent/node_info.h"
+#include "cli/commands.h"
+#include "control/server.h"
+#include "http/client.h"
+
+namespace aicloud::cli {
+namespace {
+
+using nlohmann::json;
+
+// Blocks SIGINT/SIGTERM in this thread (and the threads it starts) so WaitForSignal gets them.
+void BlockSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+int Fail(const Status& st) {
+  std::cerr << "error: " << st.message() << "\n";
+  return 1;
+}
+
+StatusOr<std::chrono::milliseconds> ParseDuration(const std::string& s) {
+  if (s.empty()) return InvalidArgumentError("empty duration");
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) != 0)) ++i;
+  if (i == 0) return InvalidArgumentError("duration \"" + s + "\": expected e.g. 40s, 500ms, 2m");
+  int64_t n = std::stoll(s.substr(0, i));
+  std::string unit = s.substr(i);
+  if (unit == "ms") return std::chrono::milliseconds(n);
+  if (unit == "s" || unit.empty()) return std::chrono::milliseconds(n * 1000);
+  if (unit == "m") return std::chrono::milliseconds(n * 60000);
+  return InvalidArgumentError("duration \"" + s + "\": unit must be ms, s or m");
+}
+
+struct ServerFlags {
+  std::string data_dir = "./aicloud-data";
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string tls_cert, tls_key, tls_client_ca;
+  std::string node_grace = "40s";
+  std::string policy = "bestfit";
+};
+
+StatusOr<control::ServerConfig> ToConfig(const ServerFlags& f) {
+  StatusOr<std::chrono::milliseconds> grace = ParseDuration(f.node_grace);
+  if (!grace.ok()) return grace.status();
+  if (f.port < 0 || f.port > 65535) return InvalidArgumentError("--port: must be 0..65535");
+  return control::ServerConfig{.data_dir = f.data_dir, .host = f.host, .port = static_cast<uint16_t>(f.port),
+                               .tls_cert_file = f.tls_cert, .tls_key_file = f.tls_key,
+                               .tls_client_ca_file = f.tls_client_ca, .node_grace = *grace,
+                               .policy = f.policy};
+}
+
+void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
+  cmd->add_option("--data-dir", f->data_dir, "where the SQLite store and job logs live");
+  cmd->add_option("--host", f->host, "address to listen on");
+  cmd->add_option("--port", f->port, "port to listen on (0: any free port)");
+  cmd->add_option("--tls-cert", f->tls_cert, "PEM certificate chain: serve HTTPS");
+  cmd->add_option("--tls-key", f->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-client-ca", f->tls_client_ca, "require client certificates signed by this CA (mTLS)");
+  cmd->add_option("--node-grace", f->node_grace, "heartbeat silence before a node is NotReady (default 40s)");
+  cmd->add_option("--policy", f->policy, "scheduling policy (bestfit, fgd, packing, spread, ...)");
+}
+
+// A simulated GPU node: declared hardware, real processes.
+json SimNodeSpec(const std::string& name, const std::string& gpu, int gpus) {
+  json g = json::array();
+  for (int i = 0; i < gpus; ++i) {
+    g.push_back({{"index", i}, {"model", gpu}, {"uuid", "GPU-sim-" + name + "-" + std::to_string(i)},
+                 {"numa", i < gpus / 2 ? 0 : 1}, {"nvlinkDomain", 0}});
+  }
+  return {{"cpuMillis", 64000}, {"memoryBytes", int64_t{512} << 30}, {"gpus", g},
+          {"labels", {{"aicloud/simulated", "true"}}}};
+}
+
+int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int gpus_per_node,
+          bool demo, bool exit_after_demo) {
+  BlockSignals();
+  StatusOr<control::ServerConfig> cfg = ToConfig(sf);
+  if (!cfg.ok()) return Fail(cfg.status());
+  cfg->node_grace = std::min(cfg->node_grace, std::chrono::milliseconds(10000));
+  StatusOr<std::unique_ptr<control::ApiServer>> server = control::ApiServer::Start(*cfg);
+  if (!server.ok()) return Fail(server.status());
+  control::ApiServer& s = **server;
+  std::cout << "aicloud up: server " << s.url() << ", data in " << sf.data_dir << "\n";
+
+  // Credentials for this machine's operator and agents, made in-process.
+  store::Store* st = s.store();
+  auth::Principal admin{.user = "admin", .key_id = "bootstrap"};
+  auto ensure = [&](json o) {
+    Status made = st->Create(o).status();
+    return made.ok() || made.code() == StatusCode::kAlreadyExists ? OkStatus() : made;
+  };
+  Status ok = ensure({{"apiVersion", "aicloud/v1"}, {"kind", "User"}, {"metadata", {{"name", "agent-up"}}}});
+  if (ok.ok()) {
+    ok = ensure({{"apiVersion", "aicloud/v1"}, {"kind", "RoleBinding"}, {"metadata", {{"name", "agent-up"}}},
+                 {"spec", {{"role", "agent"}, {"subjects", {"agent-up"}}}}});
+  }
+  if (ok.ok()) {
+    ok = ensure({{"apiVersion", "aicloud/v1"}, {"kind", "Tenant"}, {"metadata", {{"name", "demo"}}},
+                 {"spec", {{"displayName", "Demo tenant made by aicloud up"}}}});
+  }
+  if (!ok.ok()) return Fail(ok);
+  s.auth()->Invalidate();
+  StatusOr<auth::AuthService::CreatedKey> admin_key = s.auth()->CreateApiKey(admin, "admin", std::nullopt, {}, std::nullopt);
+  StatusOr<auth::AuthService::CreatedKey> agent_key = s.auth()->CreateApiKey(admin, "agent-up", std::nullopt, {}, std::nullopt);
+  if (!admin_key.ok()) return Fail(admin_key.status());
+  if (!agent_key.ok()) return Fail(agent_key.status());
+  Status saved = SaveClientConfig({{"server", s.url()}, {"token", admin_key->token}, {"tenant", "demo"}});
+  if (!saved.ok()) return Fail(saved);
+  std::cout << "aicloud up: logged in as admin (tenant demo); credentials saved for the aicloud CLI\n";
+
+  std::vector<std::unique_ptr<agent::Agent>> agents;
+  for (int i = 0; i < sim_nodes; ++i) {
+    const std::string name = "sim-" + std::to_string(i);
+    agent::AgentOptions ao;
+    ao.server_url = s.url();
+    ao.token = agent_key->token;
+    ao.node_name = name;
+    ao.node_spec = SimNodeSpec(name, sim_gpu, gpus_per_node);
+    ao.work_dir = sf.data_dir + "/agents/" + name;
+    ao.heartbeat = std::chrono::milliseconds(2000);
+    ao.poll_wait = std::chrono::milliseconds(2000);  // so Ctrl-C stops the agents promptly
+    auto a = std::make_unique<agent::Agent>(ao);
+    Status started = a->Start();
+    if (!started.ok()) return Fail(started);
+    agents.push_back(std::move(a));
+  }
+  std::cout << "aicloud up: " << sim_nodes << " simulated node(s) with " << gpus_per_node << "x " << sim_gpu
+            << " each; their jobs run as real processes on this machine\n";
+
+  if (demo) {
+    http::Client c(s.url());
+    http::Headers h = {{"Authorization", "Bearer " + admin_key->token}, {"Content-Type", "application/json"}};
+    const std::string name = "hello-" + std::to_string(::time(nullptr));
+    json job = {{"apiVersion", "aicloud/v1"}, {"kind", "Job"}, {"metadata", {{"name", name}}},
+                {"spec", {{"workers", 2},
+                          {"command", "echo \"worker $AICLOUD_WORKER of $AICLOUD_WORKERS on GPUs $CUDA_VISIBLE_DEVICES\"; sleep 1; echo done"},
+                          {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpu", {{"count", 1}}}}}}}};
+    StatusOr<http::ClientResponse> r = c.Send("POST", "/api/v1/tenants/demo/jobs", job.dump(), h);
+    if (!r.ok() || r->status != 201) return Fail(InternalError("demo job: " + (r.ok() ? r->body : r.status().message())));
+    std::cout << "aicloud up: submitted job demo/" << name << " (2 workers x 1 GPU)\n";
+    std::string phase;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      StatusOr<http::ClientResponse> g = c.Send("GET", "/api/v1/tenants/demo/jobs/" + name, "", h);
+      if (g.ok() && g->status == 200) {
+        json j = json::parse(g->body, nullptr, false);
+        std::string now = j.is_object() ? j.value("status", json::object()).value("phase", "Pending") : "";
+        if (now != phase) {
+          phase = now;
+          std::cout << "  job " << name << ": " << phase << "\n";
+        }
+        if (phase == "Succeeded" || phase == "Failed") break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (int w = 0; w < 2; ++w) {
+      StatusOr<http::ClientResponse> l =
+          c.Send("GET", "/api/v1/tenants/demo/jobs/" + name + "/logs?worker=" + std::to_string(w), "", h);
+      if (l.ok()) std::cout << "  logs of worker " << w << ":\n" << l->body;
+    }
+    if (exit_after_demo) {
+      agents.clear();
+      s.Stop();
+      return phase == "Succeeded" ? 0 : 1;
+    }
+  }
+  std::cout << "aicloud up: ready. Try: aicloud get nodes; aicloud apply -f examples/job.yaml; "
+               "aicloud get jobs. Ctrl-C stops.\n";
+  WaitForSignal();
+  std::cout << "aicloud up: stopping\n";
+  agents.clear();
+  s.Stop();
+  return 0;
+}
+
+}  // namespace
+
+void AddServer(CLI::App& app, int* exit_code) {
+  auto sf = std::make_shared<ServerFlags>();
+  auto* server = app.add_subcommand("server", "Run the API server, scheduler and controllers");
+  AddServerFlags(server, sf.get());
+  server->callback([sf, exit_code] {
+    BlockSignals();
+    StatusOr<control::ServerConfig> cfg = ToConfig(*sf);
+    if (!cfg.ok()) {
+      *exit_code = Fail(cfg.status());
+      return;
+    }
+    StatusOr<std::unique_ptr<control::ApiServer>> s = control::ApiServer::Start(*cfg);
+    if (!s.ok()) {
+      *exit_code = Fail(s.status());
+      return;
+    }
+    std::cout << "aicloud server listening on " << (*s)->url() << " (data: " << sf->data_dir << ")\n";
+    if ((*s)->bootstrap_token()) {
+      std::cout << "bootstrap admin token (shown once, stored only as a hash):\n  "
+                << *(*s)->bootstrap_token() << "\n";
+    }
+    std::cout.flush();
+    WaitForSignal();
+    (*s)->Stop();
+    *exit_code = 0;
+  });
+
+  auto up_nodes = std::make_shared<int>(4);
+  auto up_gpu = std::make_shared<std::string>("H100");
+  auto up_gpus = std::make_shared<int>(8);
+  auto up_demo = std::make_shared<bool>(false);
+  auto up_exit = std::make_shared<bool>(false);
+  auto usf = std::make_shared<ServerFlags>();
+  usf->data_dir = "./aicloud-up";
+  auto* up = app.add_subcommand("up", "Start a whole cluster on this machine: server + simulated GPU nodes");
+  AddServerFlags(up, usf.get());
+  up->add_option("--sim-nodes", *up_nodes, "simulated GPU nodes (default 4)");
+  up->add_option("--sim-gpu", *up_gpu, "their GPU model (default H100)");
+  up->add_option("--gpus-per-node", *up_gpus, "GPUs per simulated node (default 8)");
+  up->add_flag("--demo", *up_demo, "submit a 2-worker GPU job and print its logs");
+  up->add_flag("--exit-after-demo", *up_exit, "with --demo: stop once the job ended (exit 0 if it succeeded)");
+  up->callback([=] { *exit_code = RunUp(*usf, *up_nodes, *up_gpu, *up_gpus, *up_demo, *up_exit); });
+
+  auto a_server = std::make_shared<std::string>();
+  auto a_token = std::make_shared<std::string>();
+  auto a_inventory = std::make_shared<std::string>();
+  auto a_node = std::make_shared<std::string>();
+  auto a_discover = std::make_shared<bool>(false);
+  auto a_work = std::make_shared<std::string>("./aicloud-agent");
+  auto a_heartbeat = std::make_shared<std::string>("10s");
+  auto a_ca = std::make_shared<std::string>();
+  auto a_cert = std::make_shared<std::string>();
+  auto a_key = std::make_shared<std::string>();
+  auto* ag = app.add_subcommand("agent", "Run the node agent: register, heartbeat, run assigned work");
+  ag->add_option("--server", *a_server, "server URL")->required();
+  ag->add_option("--token", *a_token, "API key with the agent role")->required();
+  ag->add_option("--inventory", *a_inventory, "declared hardware (inventory YAML) instead of NVML");
+  ag->add_option("--node", *a_node, "node name (default: the inventory's only node, or the hostname)");
+  ag->add_flag("--discover", *a_discover, "discover GPUs through NVML");
+  ag->add_option("--work-dir", *a_work, "attempt dirs, logs and checkpoints");
+  ag->add_option("--heartbeat", *a_heartbeat, "heartbeat interval (default 10s)");
+  ag->add_option("--ca-file", *a_ca, "CA of an https server");
+  ag->add_option("--cert", *a_cert, "client certificate (mTLS)");
+  ag->add_option("--key", *a_key, "client key (mTLS)");
+  ag->callback([=] {
+    BlockSignals();
+    StatusOr<std::chrono::milliseconds> hb = ParseDuration(*a_heartbeat);
+    if (!hb.ok()) {
+      *exit_code = Fail(hb.status());
+      return;
+    }
+    StatusOr<json> spec = InvalidArgumentError("give --inventory FILE or --discover");
+    std::string name = *a_node;
+    if (!a_inventory->empty()) {
+      spec = agent::NodeSpecFromInventory(*a_inventory, *a_node);
+    } else if (*a_discover) {
+      StatusOr<std::unique_ptr<agent::GpuDiscovery>> d = agent::GpuDiscovery::Open();
+      if (!d.ok()) std::cerr << "no GPUs discovered (" << d.status().message() << "); registering as a CPU node\n";
+      spec = agent::NodeSpecFromDiscovery(d.ok() ? d->get() : nullptr);
+    }
+    if (!spec.ok()) {
+      *exit_code = Fail(spec.status());
+      return;
+    }
+    if (name.empty()) name = spec->value("name", "");
+    if (name.empty()) {
+      char host[256] = {0};
+      gethostname(host, sizeof host - 1);
+      name = host;
+    }
+    spec->erase("name");
+    agent::AgentOptions ao;
+    ao.server_url = *a_server;
+    ao.token = *a_token;
+    ao.node_name = name;
+    ao.node_spec = *spec;
+    ao.work_dir = *a_work;
+    ao.heartbeat = *hb;
+    ao.tls.ca_file = *a_ca;
+    ao.tls.cert_file = *a_cert;
+    ao.tls.key_file = *a_key;
+    agent::Agent a(ao);
+    Status st = a.Start();
+    if (!st.ok()) {
+      *exit_code = Fail(st);
+      return;
+    }
+    std::cout << "aicloud agent: node " << name << " registered with " << *a_server << "\n";
+    std::cout.flush();
+    WaitForSignal();
+    a.Stop();
+    *exit_code = 0;
+  });
+}
+
+}  // namespace aicloud::cli
