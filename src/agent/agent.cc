@@ -456,6 +456,7 @@ void Agent::StartAttemptLocked(const json& a) {
 
   std::string wd = a.value("workingDir", "");
   spec.working_dir = wd.empty() ? (work / "attempts" / PathComponent(id)).string() : wd;
+  spec.die_with_starter = true;  // the assignments thread lives as long as the agent
   spec.log_path = (work / "logs" / (PathComponent(id) + ".log")).string();
   fs::remove(spec.log_path, ec);  // offsets start at 0 on both sides
   spec.cpu_millis = a.value("cpuMillis", int64_t{0});

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -105,6 +106,8 @@ struct ChildArgs {
   char* const* argv;
   char* const* envp;
   const std::vector<std::string>* candidates;
+  pid_t parent_pid;  // the agent, for the death-signal race check
+  bool die_with_parent;
 };
 
 [[noreturn]] void ChildExec(const ChildArgs& c) {
@@ -128,6 +131,14 @@ struct ChildArgs {
   }
 
   ::setsid();  // new session and process group: pgid == pid
+
+  // Fencing: if the agent dies (kill -9, crash), its attempts die with it, because the server
+  // will requeue them elsewhere and the same work must not run twice. (The signal fires when
+  // the forking thread exits; the agent's threads live as long as the agent.)
+  if (c.die_with_parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != c.parent_pid) ::_exit(127);  // the agent died before prctl took effect
+  }
 
   if (c.cgroup_procs != nullptr) {
     const int fd = ::open(c.cgroup_procs, O_WRONLY | O_CLOEXEC);
@@ -380,7 +391,9 @@ Status Supervisor::Start(const ProcessSpec& spec) {
                  cgroup_procs.empty() ? nullptr : cgroup_procs.c_str(),
                  argv.data(),
                  envp.data(),
-                 &candidates};
+                 &candidates,
+                 ::getpid(),
+                 spec.die_with_starter};
   const pid_t pid = ::fork();
   if (pid == 0) ChildExec(args);
   const int fork_errno = errno;
