@@ -242,10 +242,11 @@ if [ -n "$dead" ]; then
   fi
   new_attempt=$(job_field longrun '.status.workers[0].attempt')
   [ "$new_attempt" != "$old_attempt" ] || { ok=0; note "attempt id reused: $new_attempt"; }
-  # The killed agent's own child: nothing on that machine stops it (reported, not failed).
+  # The agent's direct child dies with it (PR_SET_PDEATHSIG), but processes the job's shell
+  # started (here `sleep`) survive in the attempt's process group: reported, not failed.
   for p in $(pgrep -f "sleep 62\.$tag"); do
     if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "AICLOUD_ATTEMPT_ID=$old_attempt"; then
-      gap "5-node-loss: attempt $old_attempt (pid $p) keeps running after its agent was killed -9 and the job moved on; the job now runs twice"
+      gap "5-node-loss: attempt $old_attempt (pid $p, a child of the job's shell) keeps running after its agent was killed -9; the job now runs twice"
       break
     fi
   done

@@ -110,6 +110,14 @@ http::Response Api::Handle(http::Request& req) {
   return resp;
 }
 
+const KindInfo* Api::KindOrNotFound(const std::string& plural, http::Response* not_found) {
+  const KindInfo* kind = FindKindByPlural(plural);
+  if (kind == nullptr) {
+    *not_found = http::Response::Error(404, "not_found", "unknown resource \"" + plural + "\"");
+  }
+  return kind;
+}
+
 bool Api::Authenticate(http::Request& req, Call* call, http::Response* denied) {
   StatusOr<auth::Principal> who = auth_->Authenticate(req.Header("authorization"));
   if (who.ok()) {
@@ -430,14 +438,14 @@ void Api::Routes() {
 http::Response Api::List(http::Request& req, const std::string& plural, const std::string& tenant,
                          bool tenant_in_path) {
   Call& c = *current_call;
-  const KindInfo* kind = FindKindByPlural(plural);
-  if (kind == nullptr) return http::Response::Error(404, "not_found", "unknown resource \"" + plural + "\"");
+  http::Response denied;
+  const KindInfo* kind = KindOrNotFound(plural, &denied);
+  if (kind == nullptr) return denied;
   if (tenant_in_path && !kind->tenant_scoped) {
     return http::Response::Error(404, "not_found", plural + " are cluster-scoped: use /api/v1/" + plural);
   }
   const bool watch = req.Query("watch") == "true" || req.Query("watch") == "1";
   const char* verb = watch ? "watch" : "list";
-  http::Response denied;
   std::optional<std::vector<std::string>> visible;
   if (kind->tenant_scoped && !tenant_in_path) {
     visible = auth_->VisibleTenants(c.who, verb, plural);
@@ -458,6 +466,11 @@ http::Response Api::List(http::Request& req, const std::string& plural, const st
         }
       }
     }
+  } else if (plural == "apikeys" && !auth_->Authorize(c.who, verb, "apikeys", "").allowed) {
+    // Without a cluster-wide grant a caller lists only its own keys, if some tenant binding
+    // lets it list keys at all (developer, tenant-admin).
+    std::optional<std::vector<std::string>> where = auth_->VisibleTenants(c.who, verb, "apikeys");
+    if (where && where->empty() && !Allow(c, verb, plural, tenant, "", &denied)) return denied;
   } else if (!Allow(c, verb, plural, tenant, "", &denied)) {
     return denied;
   }
@@ -589,9 +602,9 @@ Status Api::AdmitJob(const json& job, std::string* warning) {
 
 http::Response Api::Create(http::Request& req, const std::string& plural, const std::string& tenant) {
   Call& c = *current_call;
-  const KindInfo* kind = FindKindByPlural(plural);
-  if (kind == nullptr) return http::Response::Error(404, "not_found", "unknown resource \"" + plural + "\"");
   http::Response denied;
+  const KindInfo* kind = KindOrNotFound(plural, &denied);
+  if (kind == nullptr) return denied;
   if (!Allow(c, "create", plural, tenant, "", &denied)) return denied;
   if (!kind->user_writable) {
     return http::Response::Error(405, "method_not_allowed", std::string(kind->kind) + " objects are written by the server only");
@@ -640,9 +653,9 @@ http::Response Api::Get(http::Request& req, const std::string& plural, const std
                         const std::string& name) {
   (void)req;
   Call& c = *current_call;
-  const KindInfo* kind = FindKindByPlural(plural);
-  if (kind == nullptr) return http::Response::Error(404, "not_found", "unknown resource \"" + plural + "\"");
   http::Response denied;
+  const KindInfo* kind = KindOrNotFound(plural, &denied);
+  if (kind == nullptr) return denied;
   const std::string scope = plural == "tenants" ? name : tenant;
   if (!Allow(c, "get", plural, scope, name, &denied)) return denied;
   StatusOr<json> o = store_->Get({std::string(kind->kind), tenant, name});
@@ -662,9 +675,9 @@ http::Response Api::Get(http::Request& req, const std::string& plural, const std
 http::Response Api::Replace(http::Request& req, const std::string& plural, const std::string& tenant,
                             const std::string& name) {
   Call& c = *current_call;
-  const KindInfo* kind = FindKindByPlural(plural);
-  if (kind == nullptr) return http::Response::Error(404, "not_found", "unknown resource \"" + plural + "\"");
   http::Response denied;
+  const KindInfo* kind = KindOrNotFound(plural, &denied);
+  if (kind == nullptr) return denied;
   const std::string scope = plural == "tenants" ? name : tenant;
   if (!Allow(c, "update", plural, scope, name, &denied)) return denied;
   if (!kind->user_writable) {
@@ -704,9 +717,9 @@ http::Response Api::Replace(http::Request& req, const std::string& plural, const
 http::Response Api::Delete(http::Request& req, const std::string& plural, const std::string& tenant,
                            const std::string& name) {
   Call& c = *current_call;
-  const KindInfo* kind = FindKindByPlural(plural);
-  if (kind == nullptr) return http::Response::Error(404, "not_found", "unknown resource \"" + plural + "\"");
   http::Response denied;
+  const KindInfo* kind = KindOrNotFound(plural, &denied);
+  if (kind == nullptr) return denied;
   const std::string scope = plural == "tenants" ? name : tenant;
   if (!Allow(c, "delete", plural, scope, name, &denied)) return denied;
   if (kind->kind == "AuditRecord") {

@@ -1,6 +1,8 @@
 // Api: the REST API of `aicloud server` under /api/v1, in front of the store, the control plane
 // and auth. Every request is authenticated (Bearer API key), authorized against RBAC, and every
-// mutating call and every denial is written to the audit log.
+// mutating call and every denial is written to the audit log — except the agent's heartbeat
+// traffic (report, assignments, log pushes: hundreds per second at scale), whose denials are
+// still audited; registrations are audited.
 //
 //   Api api(store, &auth, &audit, &control_plane, &metrics);
 //   auto server = http::Server::Start(opts, [&](http::Request& r) { return api.Handle(r); });
@@ -31,6 +33,7 @@
 #include "auth/audit.h"
 #include "auth/auth.h"
 #include "control/control_plane.h"
+#include "control/manifest.h"
 #include "core/metrics.h"
 #include "http/message.h"
 #include "http/router.h"
@@ -54,6 +57,8 @@ class Api {
  private:
 
   void Routes();
+  // The kind served at /api/v1/.../<plural>; nullptr with *not_found set to the 404 otherwise.
+  static const KindInfo* KindOrNotFound(const std::string& plural, http::Response* not_found);
   // Authenticates; on failure fills *denied with the 401 response (audited).
   bool Authenticate(http::Request& req, Call* call, http::Response* denied);
   // Authorizes verb on resource in tenant; on denial fills *denied (403, audited).
