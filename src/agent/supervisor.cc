@@ -28,7 +28,13 @@ constexpr auto kPollInterval = std::chrono::milliseconds(5);
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 // What a child that failed before exec reports through its CLOEXEC pipe.
-enum ChildStage : int { kStageCgroup = 1, kStageFds = 2, kStageChdir = 3, kStageExec = 4 };
+enum ChildStage : int {
+  kStageCgroup = 1,
+  kStageFds = 2,
+  kStageChdir = 3,
+  kStageExec = 4,
+  kStageFork = 5,
+};
 struct ChildError {
   int stage;
   int err;
@@ -97,6 +103,63 @@ void CloseFrom(int first, int keep) {
   }
 }
 
+// The guardian: the process-group leader of an attempt that must die with its agent. It ignores
+// the signals a stop sends to the group (the command handles those), waits for the command, and
+// exits the way the command did. On the agent's death (kGuardSignal, set as its parent-death
+// signal) it kills the whole group, grandchildren included.
+constexpr int kGuardSignal = SIGUSR2;
+volatile pid_t g_guard_parent = 0;
+
+void OnStarterDeath(int) {
+  // A stray SIGUSR2 sent to the group while the agent lives is not a death.
+  if (::getppid() != g_guard_parent) ::kill(0, SIGKILL);
+}
+
+// Returns in the command's process (to exec it); the guardian never returns.
+void GuardGroup(int err_fd) {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) {
+    ::sigaction(sig, &ignore, nullptr);
+  }
+  const pid_t command = ::fork();
+  if (command < 0) ChildFail(err_fd, kStageFork, errno);
+  if (command == 0) {
+    // Back to default dispositions: ignored signals would survive exec.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+    }
+    return;
+  }
+  // The pipe must close when the command execs, so the guardian lets go of its end.
+  ::close(err_fd);
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(command, &status, 0);
+    if (r == command) break;
+    if (r < 0 && errno != EINTR) ::_exit(127);
+  }
+  if (WIFEXITED(status)) ::_exit(WEXITSTATUS(status));
+  // Die by the same signal, without a core file of the guardian.
+  const int sig = WTERMSIG(status);
+  struct rlimit no_core {0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, sig);
+  ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+  ::kill(::getpid(), sig);
+  ::_exit(128 + sig);
+}
+
 struct ChildArgs {
   int null_fd;
   int log_fd;
@@ -133,11 +196,21 @@ struct ChildArgs {
   ::setsid();  // new session and process group: pgid == pid
 
   // Fencing: if the agent dies (kill -9, crash), its attempts die with it, because the server
-  // will requeue them elsewhere and the same work must not run twice. (The signal fires when
-  // the forking thread exits; the agent's threads live as long as the agent.)
+  // will requeue them elsewhere and the same work must not run twice. The kernel's death signal
+  // only reaches this process, not what the command forks, so this process stays behind as the
+  // group's guardian (see GuardGroup) and the command runs in a child of it. (The signal fires
+  // when the forking thread exits; the agent's threads live as long as the agent.)
   if (c.die_with_parent) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != c.parent_pid) ::_exit(127);  // the agent died before prctl took effect
+    g_guard_parent = c.parent_pid;
+    struct sigaction on_death {};
+    on_death.sa_handler = OnStarterDeath;
+    sigemptyset(&on_death.sa_mask);
+    ::sigaction(kGuardSignal, &on_death, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, kGuardSignal);
+    if (::getppid() != c.parent_pid) {  // the agent died before prctl took effect
+      ::kill(0, SIGKILL);
+      ::_exit(127);
+    }
   }
 
   if (c.cgroup_procs != nullptr) {
@@ -164,6 +237,8 @@ struct ChildArgs {
   if (c.working_dir != nullptr && ::chdir(c.working_dir) != 0) {
     ChildFail(err_fd, kStageChdir, errno);
   }
+
+  if (c.die_with_parent) GuardGroup(err_fd);
 
   // execvp's rules: try each PATH entry; remember EACCES; stop at an error other than "not
   // here".
@@ -424,6 +499,7 @@ Status Supervisor::Start(const ProcessSpec& spec) {
       case kStageChdir:
         return fail("chdir " + spec.working_dir + ": " + Errno(child_error.err));
       case kStageExec: return fail(prog + ": " + Errno(child_error.err));
+      case kStageFork: return fail("fork: " + Errno(child_error.err));
       default: return fail("setting up stdio: " + Errno(child_error.err));
     }
   }

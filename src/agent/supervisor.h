@@ -67,11 +67,13 @@ struct ProcessSpec {
   int64_t cpu_millis = 0;                       // cgroup v2 cpu.max when available (0 = no limit)
   int64_t memory_bytes = 0;                     // cgroup v2 memory.max when available (0 = none)
   std::chrono::milliseconds term_grace{10000};  // SIGTERM -> grace -> SIGKILL
-  // SIGKILL the process when the thread that called Start exits (Linux PR_SET_PDEATHSIG). Only
-  // the direct child gets the signal: processes it started survive in its group (known gap). The
-  // agent starts attempts from a thread that lives as long as it does, so an agent killed with
-  // -9 takes its attempts with it: the server requeues them elsewhere and the same attempt must
-  // not keep running (fencing). Off by default, since a short-lived caller thread would kill it.
+  // Kill the attempt's whole process group, grandchildren included, when the process that called
+  // Start dies (Linux PR_SET_PDEATHSIG on a guardian: the group leader forks the command, ignores
+  // the stop signals meant for it, ends the way it ended, and SIGKILLs the group if the starter
+  // dies). The agent sets it: an agent killed with -9 takes its attempts with it, since the
+  // server requeues them elsewhere and the same attempt must not keep running (fencing). The
+  // kernel signals the guardian when the *forking thread* exits, so Start must be called from a
+  // thread that lives as long as the process; an exiting thread alone does not kill the work.
   bool die_with_starter = false;
 };
 

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -288,6 +289,93 @@ TEST(Supervisor, ProcessGroupDiesWithTheAttempt) {
     EXPECT_TRUE(WaitFor([&] { return ProcessDead(grandchild); }, milliseconds(1000)))
         << "grandchild " << grandchild << " survived";
   }
+}
+
+// Attempts that must die with their agent run under a guardian process (the group leader);
+// the agent sees the command's own exit status, stops still reach the command first.
+TEST(Supervisor, GuardedAttemptsEndLikeTheirCommand) {
+  struct Case {
+    std::string cmd;
+    bool stop;
+    ProcState state;
+    int exit_code;
+    int signal;
+  };
+  const Case cases[] = {
+      {"exit 0", false, ProcState::kSucceeded, 0, 0},
+      {"echo hi; exit 3", false, ProcState::kFailed, 3, 0},
+      {"kill -SEGV $$", false, ProcState::kFailed, -1, SIGSEGV},
+      {"sleep 100", true, ProcState::kKilled, -1, SIGTERM},
+      {"trap 'exit 7' TERM; echo ready; while :; do sleep 0.01; done", true, ProcState::kKilled,
+       7, 0},
+      {"trap '' TERM; echo ready; sleep 100", true, ProcState::kKilled, -1, SIGKILL},
+      // A signal sent to the group while the agent lives is not the agent's death.
+      {"trap '' USR2; kill -USR2 0; sleep 0.05; exit 4", false, ProcState::kFailed, 4, 0},
+  };
+  TempDir dir;
+  Supervisor sup;
+  int n = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.cmd);
+    const std::string id = "guarded-" + std::to_string(n++);
+    ProcessSpec spec = Shell(id, c.cmd, dir);
+    spec.die_with_starter = true;
+    spec.term_grace = milliseconds(200);
+    ASSERT_TRUE(sup.Start(spec).ok());
+    if (c.stop) {
+      if (c.cmd.find("ready") != std::string::npos) {
+        ASSERT_TRUE(WaitFor([&] { return Slurp(spec.log_path).starts_with("ready"); }));
+      }
+      ASSERT_TRUE(sup.Stop(id).ok());
+    }
+    ProcStatus s = WaitDone(sup, id);
+    EXPECT_EQ(s.state, c.state) << s.message;
+    EXPECT_EQ(s.exit_code, c.exit_code) << s.message;
+    EXPECT_EQ(s.signal, c.signal) << s.message;
+  }
+  // Exec failures are known at once and name the program, as without a guardian.
+  ProcessSpec bad = Shell("guarded-missing", "", dir);
+  bad.argv = {"/nope/prog"};
+  bad.die_with_starter = true;
+  ASSERT_TRUE(sup.Start(bad).ok());
+  std::optional<ProcStatus> s = sup.Get("guarded-missing");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->state, ProcState::kFailed);
+  EXPECT_EQ(s->message, "could not start: /nope/prog: No such file or directory");
+}
+
+// The agent killed with -9: the guardian kills the attempt's whole group, so nothing the command
+// forked keeps running while the server reschedules the work elsewhere.
+TEST(Supervisor, GuardedAttemptDiesWithItsAgentGrandchildrenIncluded) {
+  TempDir dir;
+  const std::string pidfile = dir / "grandchild.pid";
+  const std::string leaderfile = dir / "leader.pid";
+  const pid_t agent = ::fork();
+  ASSERT_GE(agent, 0);
+  if (agent == 0) {
+    // The stand-in agent: starts the attempt, records the group leader, waits to be killed.
+    Supervisor sup;
+    ProcessSpec spec = Shell("orphan", "sleep 100 & echo $! > " + pidfile + "; wait", dir);
+    spec.die_with_starter = true;
+    if (!sup.Start(spec).ok()) ::_exit(1);
+    std::ofstream(leaderfile) << sup.Get("orphan")->pid << "\n";
+    for (;;) ::pause();
+  }
+  pid_t grandchild = 0;
+  pid_t leader = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream a(pidfile), b(leaderfile);
+    return static_cast<bool>(a >> grandchild) && grandchild > 0 &&
+           static_cast<bool>(b >> leader) && leader > 0;
+  }));
+  EXPECT_FALSE(ProcessDead(grandchild));
+  ASSERT_EQ(::kill(agent, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(agent, &status, 0), agent);
+  EXPECT_TRUE(WaitFor([&] { return ProcessDead(grandchild); }, milliseconds(2000)))
+      << "grandchild " << grandchild << " survived its agent";
+  EXPECT_TRUE(WaitFor([&] { return ProcessDead(leader); }, milliseconds(2000)))
+      << "group leader " << leader << " survived its agent";
 }
 
 TEST(Supervisor, CallerMistakesAreErrors) {
