@@ -1,0 +1,179 @@
+#include "engine/tokenizer/chat_template.h"
+
+#include <fmt/format.h>
+
+#include "engine/tokenizer/utf8.h"
+
+namespace aicloud::engine {
+namespace {
+
+constexpr char kSupported[] =
+    "supported families: ChatML (<|im_start|>role\\ncontent<|im_end|>, e.g. Qwen2/2.5, "
+    "SmolLM2) and Llama-3 (<|start_header_id|>role<|end_header_id|>...<|eot_id|>); the Jinja "
+    "template itself is not interpreted";
+
+bool Contains(std::string_view text, std::string_view marker) {
+  return text.find(marker) != std::string_view::npos;
+}
+
+// Python's str.strip(), which Jinja's trim filter calls: Unicode whitespace and U+001C..U+001F.
+std::string Trim(std::string_view s) {
+  auto is_space = [](char32_t c) { return IsUnicodeWhiteSpace(c) || (c >= 0x1C && c <= 0x1F); };
+  size_t begin = 0;
+  while (begin < s.size()) {
+    char32_t cp;
+    const size_t n = Utf8DecodeAt(s, begin, &cp);
+    if (n == 0 || !is_space(cp)) break;
+    begin += n;
+  }
+  size_t end = s.size();
+  while (end > begin) {
+    size_t j = end - 1;
+    while (j > begin && end - j < 4 && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
+    char32_t cp;
+    if (Utf8DecodeAt(s, j, &cp) != end - j || !is_space(cp)) break;
+    end = j;
+  }
+  return std::string(s.substr(begin, end - begin));
+}
+
+// The default system prompt of a ChatML template: the text of a Jinja string literal
+// '<|im_start|>system\n...<|im_end|>' whose middle is literal text (not `' + messages[0]...`).
+std::optional<std::string> FindDefaultSystemPrompt(std::string_view text) {
+  constexpr std::string_view kStart = "<|im_start|>system";
+  constexpr std::string_view kEnd = "<|im_end|>";
+  for (size_t at = text.find(kStart); at != std::string_view::npos;
+       at = text.find(kStart, at + 1)) {
+    size_t i = at + kStart.size();
+    // The newline after the role, written as an escape or as a real newline.
+    if (text.substr(i, 2) == "\\n") {
+      i += 2;
+    } else if (text.substr(i, 1) == "\n") {
+      i += 1;
+    } else {
+      continue;
+    }
+    std::string prompt;
+    bool ok = false;
+    while (i < text.size()) {
+      if (text.substr(i, kEnd.size()) == kEnd) {
+        ok = true;
+        break;
+      }
+      const char c = text[i];
+      if (c == '\'' || c == '"') break;  // the literal ends: not a literal prompt
+      if (c == '\\' && i + 1 < text.size()) {
+        const char e = text[i + 1];
+        prompt.push_back(e == 'n' ? '\n' : e == 't' ? '\t' : e);
+        i += 2;
+        continue;
+      }
+      prompt.push_back(c);
+      ++i;
+    }
+    if (ok && !prompt.empty()) return prompt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+StatusOr<ChatTemplate> ChatTemplate::FromTokenizerConfig(const std::string& path) {
+  StatusOr<TokenizerConfig> config = TokenizerConfig::FromFile(path);
+  if (!config.ok()) return config.status();
+  return FromConfig(*config);
+}
+
+StatusOr<ChatTemplate> ChatTemplate::FromConfig(const TokenizerConfig& config) {
+  if (!config.chat_template) {
+    return NotFoundError(fmt::format("{}: chat_template: missing", config.origin));
+  }
+  return FromTemplate(*config.chat_template, config.origin, config.bos_token.value_or(""));
+}
+
+StatusOr<ChatTemplate> ChatTemplate::FromTemplate(std::string_view text, std::string_view origin,
+                                                  std::string bos_token) {
+  ChatTemplate t;
+  const bool tests_generation_prompt = Contains(text, "add_generation_prompt");
+  if (Contains(text, "<|start_header_id|>") && Contains(text, "<|end_header_id|>") &&
+      Contains(text, "<|eot_id|>")) {
+    if (Contains(text, "Cutting Knowledge Date") || Contains(text, "Environment: ipython")) {
+      return UnimplementedError(fmt::format(
+          "{}: chat_template: a Llama-3.1-style template (system preamble with dates and tools) "
+          "is not rendered natively; {}",
+          origin, kSupported));
+    }
+    t.family_ = ChatFamily::kLlama3;
+    t.end_of_turn_ = "<|eot_id|>";
+    t.trim_content_ = Contains(text, "| trim") || Contains(text, "|trim");
+    t.bos_first_ = Contains(text, "bos_token");
+    t.bos_token_ = std::move(bos_token);
+    t.generation_prompt_always_ = !tests_generation_prompt;
+    return t;
+  }
+  if (Contains(text, "<|im_start|>") && Contains(text, "<|im_end|>")) {
+    if (Contains(text, "<think>") || Contains(text, "reasoning_content")) {
+      return UnimplementedError(fmt::format(
+          "{}: chat_template: a ChatML template with reasoning (<think>) handling is not "
+          "rendered natively; {}",
+          origin, kSupported));
+    }
+    t.family_ = ChatFamily::kChatMl;
+    t.end_of_turn_ = "<|im_end|>";
+    t.default_system_ = FindDefaultSystemPrompt(text);
+    t.tool_responses_ = Contains(text, "<tool_response>");
+    t.generation_prompt_never_ = !tests_generation_prompt;
+    return t;
+  }
+  return UnimplementedError(
+      fmt::format("{}: chat_template: unrecognised template; {}", origin, kSupported));
+}
+
+std::string_view ChatTemplate::family_name() const {
+  return family_ == ChatFamily::kLlama3 ? "llama3" : "chatml";
+}
+
+std::string ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                 bool add_generation_prompt) const {
+  if (generation_prompt_always_) add_generation_prompt = true;
+  if (generation_prompt_never_) add_generation_prompt = false;
+  return family_ == ChatFamily::kLlama3 ? RenderLlama3(messages, add_generation_prompt)
+                                        : RenderChatMl(messages, add_generation_prompt);
+}
+
+std::string ChatTemplate::RenderChatMl(std::span<const ChatMessage> messages,
+                                       bool add_generation_prompt) const {
+  std::string out;
+  if (default_system_ && (messages.empty() || messages[0].role != "system")) {
+    out += "<|im_start|>system\n" + *default_system_ + "<|im_end|>\n";
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (tool_responses_ && m.role == "tool") {
+      // Qwen2.5: a run of tool results is one user turn of <tool_response> blocks.
+      if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+      out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+      if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+      continue;
+    }
+    out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string ChatTemplate::RenderLlama3(std::span<const ChatMessage> messages,
+                                       bool add_generation_prompt) const {
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (i == 0 && bos_first_) out += bos_token_;
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+    out += trim_content_ ? Trim(m.content) : m.content;
+    out += "<|eot_id|>";
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+}  // namespace aicloud::engine

@@ -1,0 +1,83 @@
+// ChatTemplate: turns chat messages into the prompt text a model was trained on.
+//
+//   StatusOr<ChatTemplate> chat = ChatTemplate::FromTokenizerConfig(dir + "/tokenizer_config.json");
+//   if (!chat.ok()) return chat.status();   // UNIMPLEMENTED for templates it does not know
+//   std::string prompt = chat->Render({{"system", "Be brief."}, {"user", "Hi"}},
+//                                     /*add_generation_prompt=*/true);
+//   std::vector<int32_t> ids = tokenizer->Encode(prompt, /*add_special_tokens=*/false);
+//
+// Models ship their template as Jinja in tokenizer_config.json's chat_template. This engine does
+// not interpret Jinja: it recognises the template's family by the markers in its text and
+// renders that family natively, reproducing what the template renders for plain
+// {role, content} messages (no tools, no tool calls):
+// - ChatML (Qwen2, Qwen2.5, SmolLM2, ...): "<|im_start|>{role}\n{content}<|im_end|>\n" per
+//   message; "<|im_start|>assistant\n" as generation prompt. When the template carries a default
+//   system prompt ("You are Qwen, created by Alibaba Cloud. ...") it is inserted if the first
+//   message is not a system message. Qwen2.5's grouping of consecutive "tool" messages into one
+//   user turn of <tool_response> blocks is reproduced when the template has it.
+// - Llama-3: "<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>" per message,
+//   content trimmed when the template says `| trim`, bos_token before the first message when
+//   the template writes bos_token; the generation prompt
+//   "<|start_header_id|>assistant<|end_header_id|>\n\n" is added when asked for, or always
+//   when the template does not test add_generation_prompt.
+// Anything else — including Llama-3.1's date/tools preamble and reasoning (<think>) templates —
+// is refused with UNIMPLEMENTED rather than rendered differently from the model's template.
+//
+// The rendered prompt holds special tokens as text (and the BOS, for Llama-3): encode it with
+// add_special_tokens=false so no second BOS is added.
+//
+// Thread-safety: immutable value; Render may run concurrently.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "engine/tokenizer/tokenizer_config.h"
+
+namespace aicloud::engine {
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" (ChatML: "tool" too)
+  std::string content;
+};
+
+enum class ChatFamily { kChatMl, kLlama3 };
+
+class ChatTemplate {
+ public:
+  // Reads tokenizer_config.json. NOT_FOUND when the file is missing or has no chat_template;
+  // UNIMPLEMENTED naming the file when the template is of no supported family.
+  static StatusOr<ChatTemplate> FromTokenizerConfig(const std::string& path);
+  static StatusOr<ChatTemplate> FromConfig(const TokenizerConfig& config);
+  // From template text; bos_token is what the template's `bos_token` renders as.
+  static StatusOr<ChatTemplate> FromTemplate(std::string_view text, std::string_view origin,
+                                             std::string bos_token);
+
+  std::string Render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
+  ChatFamily family() const { return family_; }
+  std::string_view family_name() const;
+  // The text that ends a model turn ("<|im_end|>", "<|eot_id|>"): a stop sequence.
+  const std::string& end_of_turn() const { return end_of_turn_; }
+  const std::optional<std::string>& default_system_prompt() const { return default_system_; }
+
+ private:
+  ChatTemplate() = default;
+  std::string RenderChatMl(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  std::string RenderLlama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
+  ChatFamily family_ = ChatFamily::kChatMl;
+  std::string end_of_turn_;
+  std::optional<std::string> default_system_;  // ChatML
+  bool tool_responses_ = false;                // ChatML: Qwen2.5's "tool" role handling
+  bool trim_content_ = false;                  // Llama-3
+  bool bos_first_ = false;                     // Llama-3
+  std::string bos_token_;
+  bool generation_prompt_always_ = false;  // the template ignores add_generation_prompt
+  bool generation_prompt_never_ = false;
+};
+
+}  // namespace aicloud::engine
