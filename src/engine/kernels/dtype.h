@@ -59,12 +59,16 @@ inline uint32_t FloatToBits(float f) {
   return u;
 }
 
-// IEEE 754 binary16 -> binary32, exact for every input (subnormals, inf, NaN included).
+// IEEE 754 binary16 -> binary32, exact for every number (subnormals and inf included); NaNs keep
+// sign and payload and come back quiet. Bit-identical to the F16C instruction VCVTPH2PS.
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return BitsToFloat(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  if (exp == 0x1f) {
+    if (mant == 0) return BitsToFloat(sign | 0x7f800000u);  // inf
+    return BitsToFloat(sign | 0x7fc00000u | (mant << 13));  // NaN, quieted as F16C does
+  }
   if (exp == 0) {
     if (mant == 0) return BitsToFloat(sign);  // +-0
     // Subnormal: normalize.
@@ -80,11 +84,15 @@ inline float HalfToFloat(uint16_t h) {
 }
 
 // binary32 -> binary16 with round-to-nearest-even; overflow goes to inf, NaN stays NaN.
+// Bit-identical to the F16C instruction (VCVTPS2PH, round-to-nearest) for every input.
 inline uint16_t FloatToHalf(float f) {
   const uint32_t x = FloatToBits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
+  if (abs > 0x7f800000u) {  // NaN: quiet, keeping the top payload bits (what F16C does)
+    return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
+  }
+  if (abs == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
   if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < half of the smallest subnormal

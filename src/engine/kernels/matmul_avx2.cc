@@ -1,0 +1,340 @@
+// AVX2 + FMA + F16C versions of the MatMul building blocks (see matmul_internal.h).
+#include <algorithm>
+#include <cmath>
+
+#include "engine/kernels/matmul_internal.h"
+#include "engine/kernels/simd_avx2.h"
+
+#ifdef AICLOUD_KERNELS_HAVE_AVX2
+
+namespace aicloud::engine::kernels::internal {
+namespace {
+
+using avx2::HorizontalSum4;
+using avx2::TailMask;
+
+// Eight weights of a float-like row at column k, as floats.
+template <WeightFormat F>
+AICLOUD_AVX2_INLINE __m256 Load8(const std::byte* row, int64_t k) {
+  if constexpr (F == WeightFormat::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (F == WeightFormat::kF16) {
+    return avx2::LoadHalf8(reinterpret_cast<const uint16_t*>(row) + k);
+  } else {
+    return avx2::LoadBF16x8(reinterpret_cast<const uint16_t*>(row) + k);
+  }
+}
+
+template <WeightFormat F>
+inline float Load1(const std::byte* row, int64_t k) {
+  if constexpr (F == WeightFormat::kF32) {
+    return reinterpret_cast<const float*>(row)[k];
+  } else if constexpr (F == WeightFormat::kF16) {
+    return HalfToFloat(reinterpret_cast<const uint16_t*>(row)[k]);
+  } else {
+    return BF16ToFloat(reinterpret_cast<const uint16_t*>(row)[k]);
+  }
+}
+
+// Four rows against one x: two accumulators per row hide the FMA latency.
+template <WeightFormat F>
+AICLOUD_AVX2 void GemvFloatRows(const float* x, const WeightView& w, int64_t n0, int64_t n1,
+                                float* y) {
+  const int64_t kk = w.cols;
+  const int64_t k16 = kk / 16 * 16;
+  const int64_t k8 = kk / 8 * 8;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const std::byte* r0 = w.row(n);
+    const std::byte* r1 = w.row(n + 1);
+    const std::byte* r2 = w.row(n + 2);
+    const std::byte* r3 = w.row(n + 3);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int64_t k = 0;
+    for (; k < k16; k += 16) {
+      const __m256 x0 = _mm256_loadu_ps(x + k);
+      const __m256 x1 = _mm256_loadu_ps(x + k + 8);
+      a0 = _mm256_fmadd_ps(Load8<F>(r0, k), x0, a0);
+      a1 = _mm256_fmadd_ps(Load8<F>(r1, k), x0, a1);
+      a2 = _mm256_fmadd_ps(Load8<F>(r2, k), x0, a2);
+      a3 = _mm256_fmadd_ps(Load8<F>(r3, k), x0, a3);
+      b0 = _mm256_fmadd_ps(Load8<F>(r0, k + 8), x1, b0);
+      b1 = _mm256_fmadd_ps(Load8<F>(r1, k + 8), x1, b1);
+      b2 = _mm256_fmadd_ps(Load8<F>(r2, k + 8), x1, b2);
+      b3 = _mm256_fmadd_ps(Load8<F>(r3, k + 8), x1, b3);
+    }
+    for (; k < k8; k += 8) {
+      const __m256 x0 = _mm256_loadu_ps(x + k);
+      a0 = _mm256_fmadd_ps(Load8<F>(r0, k), x0, a0);
+      a1 = _mm256_fmadd_ps(Load8<F>(r1, k), x0, a1);
+      a2 = _mm256_fmadd_ps(Load8<F>(r2, k), x0, a2);
+      a3 = _mm256_fmadd_ps(Load8<F>(r3, k), x0, a3);
+    }
+    alignas(16) float s[4];
+    _mm_store_ps(s, HorizontalSum4(_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1),
+                                   _mm256_add_ps(a2, b2), _mm256_add_ps(a3, b3)));
+    for (; k < kk; ++k) {
+      s[0] += Load1<F>(r0, k) * x[k];
+      s[1] += Load1<F>(r1, k) * x[k];
+      s[2] += Load1<F>(r2, k) * x[k];
+      s[3] += Load1<F>(r3, k) * x[k];
+    }
+    y[n] = s[0];
+    y[n + 1] = s[1];
+    y[n + 2] = s[2];
+    y[n + 3] = s[3];
+  }
+  for (; n < n1; ++n) {
+    const std::byte* r0 = w.row(n);
+    __m256 a0 = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k < k8; k += 8) a0 = _mm256_fmadd_ps(Load8<F>(r0, k), _mm256_loadu_ps(x + k), a0);
+    float s = avx2::HorizontalSum(a0);
+    for (; k < kk; ++k) s += Load1<F>(r0, k) * x[k];
+    y[n] = s;
+  }
+}
+
+// One 32-block of int8 weights times the matching |x| and sign(x): 8 int32 partial sums as
+// floats. maddubs multiplies unsigned by signed bytes, so the sign of x moves onto w; |x| and
+// |w| are at most 127, so the pairwise int16 sums (<= 2 * 127 * 127) cannot saturate.
+AICLOUD_AVX2_INLINE __m256 BlockDot(__m256i ax, __m256i sx, const int8_t* wq) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq));
+  const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, sx));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+// A Q8 row times float x, as 8 partial sums.
+AICLOUD_AVX2_INLINE __m256 Q8RowTimesFloat(const std::byte* row, const float* x, int64_t nb) {
+  const auto* blocks = reinterpret_cast<const BlockQ8*>(row);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* xb = x + b * kQ8BlockSize;
+    __m256 s = _mm256_mul_ps(avx2::LoadInt8x8(blocks[b].q), _mm256_loadu_ps(xb));
+    s = _mm256_fmadd_ps(avx2::LoadInt8x8(blocks[b].q + 8), _mm256_loadu_ps(xb + 8), s);
+    s = _mm256_fmadd_ps(avx2::LoadInt8x8(blocks[b].q + 16), _mm256_loadu_ps(xb + 16), s);
+    s = _mm256_fmadd_ps(avx2::LoadInt8x8(blocks[b].q + 24), _mm256_loadu_ps(xb + 24), s);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(avx2::HalfToFloatF16C(blocks[b].d)), s, acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
+AICLOUD_AVX2 void GemvAvx2(const float* x, const WeightView& w, int64_t n0, int64_t n1, float* y) {
+  switch (w.format) {
+    case WeightFormat::kF32: return GemvFloatRows<WeightFormat::kF32>(x, w, n0, n1, y);
+    case WeightFormat::kF16: return GemvFloatRows<WeightFormat::kF16>(x, w, n0, n1, y);
+    case WeightFormat::kBF16: return GemvFloatRows<WeightFormat::kBF16>(x, w, n0, n1, y);
+    case WeightFormat::kQ8: break;
+  }
+  // Q8 with float activations: widen each block to float.
+  const int64_t nb = w.cols / kQ8BlockSize;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    alignas(16) float s[4];
+    _mm_store_ps(s, HorizontalSum4(Q8RowTimesFloat(w.row(n), x, nb),
+                                   Q8RowTimesFloat(w.row(n + 1), x, nb),
+                                   Q8RowTimesFloat(w.row(n + 2), x, nb),
+                                   Q8RowTimesFloat(w.row(n + 3), x, nb)));
+    std::copy(s, s + 4, y + n);
+  }
+  for (; n < n1; ++n) y[n] = avx2::HorizontalSum(Q8RowTimesFloat(w.row(n), x, nb));
+}
+
+AICLOUD_AVX2 void GemvQ8Int8Avx2(const QuantizedRow& x, const WeightView& w, int64_t n0, int64_t n1, float* y) {
+  const int64_t nb = x.blocks;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const auto* w0 = reinterpret_cast<const BlockQ8*>(w.row(n));
+    const auto* w1 = reinterpret_cast<const BlockQ8*>(w.row(n + 1));
+    const auto* w2 = reinterpret_cast<const BlockQ8*>(w.row(n + 2));
+    const auto* w3 = reinterpret_cast<const BlockQ8*>(w.row(n + 3));
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i sx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
+      const __m256i ax = _mm256_sign_epi8(sx, sx);
+      const float dx = x.d[b];
+      a0 = _mm256_fmadd_ps(BlockDot(ax, sx, w0[b].q),
+                           _mm256_set1_ps(avx2::HalfToFloatF16C(w0[b].d) * dx), a0);
+      a1 = _mm256_fmadd_ps(BlockDot(ax, sx, w1[b].q),
+                           _mm256_set1_ps(avx2::HalfToFloatF16C(w1[b].d) * dx), a1);
+      a2 = _mm256_fmadd_ps(BlockDot(ax, sx, w2[b].q),
+                           _mm256_set1_ps(avx2::HalfToFloatF16C(w2[b].d) * dx), a2);
+      a3 = _mm256_fmadd_ps(BlockDot(ax, sx, w3[b].q),
+                           _mm256_set1_ps(avx2::HalfToFloatF16C(w3[b].d) * dx), a3);
+    }
+    alignas(16) float s[4];
+    _mm_store_ps(s, HorizontalSum4(a0, a1, a2, a3));
+    std::copy(s, s + 4, y + n);
+  }
+  for (; n < n1; ++n) {
+    const auto* w0 = reinterpret_cast<const BlockQ8*>(w.row(n));
+    __m256 a0 = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i sx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
+      const __m256i ax = _mm256_sign_epi8(sx, sx);
+      a0 = _mm256_fmadd_ps(BlockDot(ax, sx, w0[b].q),
+                           _mm256_set1_ps(avx2::HalfToFloatF16C(w0[b].d) * x.d[b]), a0);
+    }
+    y[n] = avx2::HorizontalSum(a0);
+  }
+}
+
+AICLOUD_AVX2 void QuantizeActivationsAvx2(const float* x, int64_t n, int8_t* q, float* d) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[i]));
+    }
+    const float m = avx2::HorizontalMax(amax);
+    const float scale = m / 127.0f;
+    d[b] = scale;
+    const __m256 inv = _mm256_set1_ps(scale > 0.0f ? 1.0f / scale : 0.0f);
+    __m256i qi[4];
+    for (int i = 0; i < 4; ++i) {
+      // cvtps rounds to nearest even under the default MXCSR, like std::nearbyint.
+      qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], inv));
+    }
+    // Pack 32-bit -> 16-bit -> 8-bit (saturating) and undo the lane interleave of the packs.
+    const __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]);
+    const __m256i p23 = _mm256_packs_epi32(qi[2], qi[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), p);
+  }
+}
+
+AICLOUD_AVX2 void ConvertPanelAvx2(const WeightView& w, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
+                      float* out, int64_t ld) {
+  const int64_t kc = k1 - k0;
+  for (int64_t n = n0; n < n1; ++n) {
+    const std::byte* row = w.row(n);
+    float* o = out + (n - n0) * ld;
+    switch (w.format) {
+      case WeightFormat::kF32:
+        std::copy(reinterpret_cast<const float*>(row) + k0, reinterpret_cast<const float*>(row) + k1, o);
+        break;
+      case WeightFormat::kF16: {
+        const auto* h = reinterpret_cast<const uint16_t*>(row) + k0;
+        int64_t k = 0;
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(o + k, avx2::LoadHalf8(h + k));
+        for (; k < kc; ++k) o[k] = HalfToFloat(h[k]);
+        break;
+      }
+      case WeightFormat::kBF16: {
+        const auto* h = reinterpret_cast<const uint16_t*>(row) + k0;
+        int64_t k = 0;
+        for (; k + 8 <= kc; k += 8) _mm256_storeu_ps(o + k, avx2::LoadBF16x8(h + k));
+        for (; k < kc; ++k) o[k] = BF16ToFloat(h[k]);
+        break;
+      }
+      case WeightFormat::kQ8: {
+        // k0 and k1 are multiples of 32 for Q8 (the caller's chunking keeps them so).
+        const auto* blocks = reinterpret_cast<const BlockQ8*>(row) + k0 / kQ8BlockSize;
+        for (int64_t b = 0; b < kc / kQ8BlockSize; ++b) {
+          const __m256 d = _mm256_set1_ps(avx2::HalfToFloatF16C(blocks[b].d));
+          for (int i = 0; i < 4; ++i) {
+            _mm256_storeu_ps(o + b * 32 + 8 * i,
+                             _mm256_mul_ps(d, avx2::LoadInt8x8(blocks[b].q + 8 * i)));
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
+namespace {
+
+// The register tile: R rows of x times C rows of the panel, 8 columns of k per step.
+// R * C accumulators + C panel vectors + 1 x vector must fit the 16 ymm registers.
+template <int R, int C>
+AICLOUD_AVX2 void Tile(const float* x, int64_t ldx, const float* p, int64_t ldp, int64_t kc,
+                       float* y, int64_t ldy, bool accumulate) {
+  __m256 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 wv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) wv[c] = _mm256_loadu_ps(p + c * ldp + k);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * ldx + k);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  if (k < kc) {
+    const __m256i mask = TailMask(kc - k);
+    __m256 wv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) wv[c] = _mm256_maskload_ps(p + c * ldp + k, mask);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_maskload_ps(x + r * ldx + k, mask);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) v[c] = acc[r][c];
+    alignas(16) float s[4];
+    _mm_store_ps(s, HorizontalSum4(v[0], v[1], v[2], v[3]));
+    float* yr = y + r * ldy;
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) yr[c] = accumulate ? yr[c] + s[c] : s[c];
+  }
+}
+
+constexpr int kTileRows = 4;
+constexpr int kTileCols = 3;
+
+template <int R>
+AICLOUD_AVX2 void TileRowsDispatch(int c, const float* x, int64_t ldx, const float* p, int64_t ldp,
+                                   int64_t kc, float* y, int64_t ldy, bool accumulate) {
+  switch (c) {
+    case 1: return Tile<R, 1>(x, ldx, p, ldp, kc, y, ldy, accumulate);
+    case 2: return Tile<R, 2>(x, ldx, p, ldp, kc, y, ldy, accumulate);
+    default: return Tile<R, 3>(x, ldx, p, ldp, kc, y, ldy, accumulate);
+  }
+}
+
+}  // namespace
+
+AICLOUD_AVX2 void GemmBlockAvx2(const float* x, int64_t ldx, int64_t m, const float* p, int64_t ldp, int64_t n,
+                   int64_t kc, float* y, int64_t ldy, bool accumulate) {
+  for (int64_t i = 0; i < m; i += kTileRows) {
+    const int r = static_cast<int>(std::min<int64_t>(kTileRows, m - i));
+    for (int64_t j = 0; j < n; j += kTileCols) {
+      const int c = static_cast<int>(std::min<int64_t>(kTileCols, n - j));
+      const float* xi = x + i * ldx;
+      const float* pj = p + j * ldp;
+      float* yij = y + i * ldy + j;
+      switch (r) {
+        case 1: TileRowsDispatch<1>(c, xi, ldx, pj, ldp, kc, yij, ldy, accumulate); break;
+        case 2: TileRowsDispatch<2>(c, xi, ldx, pj, ldp, kc, yij, ldy, accumulate); break;
+        case 3: TileRowsDispatch<3>(c, xi, ldx, pj, ldp, kc, yij, ldy, accumulate); break;
+        default: TileRowsDispatch<4>(c, xi, ldx, pj, ldp, kc, yij, ldy, accumulate); break;
+      }
+    }
+  }
+}
+
+}  // namespace aicloud::engine::kernels::internal
+
+#endif  // AICLOUD_KERNELS_HAVE_AVX2
