@@ -55,6 +55,7 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 struct Flags {
   std::string dir = "/var/tmp";
   int clients = 32;
+  int workers = 16;  // the server's HTTP worker threads
   double duration = 10;
   int total = 5000;
   int e2e_jobs = 200;
@@ -198,7 +199,7 @@ json Part1(const Flags& f, const std::string& root) {
     rows.push_back(r);
   }
   {
-    auto s = aicloud::control::ApiServer::Start({.data_dir = root + "/api", .port = 0});
+    auto s = aicloud::control::ApiServer::Start({.data_dir = root + "/api", .port = 0, .worker_threads = f.workers});
     if (!s.ok()) Die(std::string(s.status().message()));
     auto& server = **s;
     const std::string admin = *server.bootstrap_token();
@@ -506,6 +507,7 @@ int main(int argc, char** argv) {
     };
     if (a == "--dir") f.dir = val();
     else if (a == "--clients") f.clients = std::stoi(val());
+    else if (a == "--workers") f.workers = std::stoi(val());
     else if (a == "--duration") f.duration = std::stod(val());
     else if (a == "--total") f.total = std::stoi(val());
     else if (a == "--e2e-jobs") f.e2e_jobs = std::stoi(val());

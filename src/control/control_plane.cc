@@ -158,7 +158,7 @@ void ControlPlane::Stop() {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
   }
-  wake_cv_.notify_all();
+  RequestTurn();
   assign_cv_.notify_all();
   turn_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -229,6 +229,7 @@ Status ControlPlane::AddClusterNode(Node& node, const json& spec) {
   }
   n.unschedulable = true;  // until an agent heartbeats
   node.id = cluster_.AddNode(std::move(n));
+  ++capacity_gen_;
   return OkStatus();
 }
 
@@ -364,30 +365,35 @@ ControlPlane::Job* ControlPlane::AddJob(const json& o) {
 
 // --- the controller loop ----------------------------------------------------------------------
 
-void ControlPlane::Wake() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    wake_ = true;
-  }
+void ControlPlane::Wake() { RequestTurn(); }
+
+// Never takes mu_, so API threads do not wait out a turn (which commits to the store) just to
+// ask for the next one. Turns requested while one runs coalesce into one more.
+void ControlPlane::RequestTurn() {
+  wake_.store(true);
+  { std::lock_guard<std::mutex> w(wake_mu_); }  // the loop is either before its check or waiting
   wake_cv_.notify_one();
 }
 
 void ControlPlane::Sync() {
   std::unique_lock<std::mutex> l(mu_);
-  wake_ = true;
-  wake_cv_.notify_one();
+  RequestTurn();
   uint64_t target = turns_ + 2;
   turn_cv_.wait_for(l, std::chrono::seconds(10), [&] { return stop_ || turns_ >= target; });
 }
 
 void ControlPlane::Loop() {
-  std::unique_lock<std::mutex> l(mu_);
-  while (!stop_) {
-    wake_cv_.wait_for(l, options_.tick, [&] { return stop_ || wake_ || !reports_.empty(); });
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> w(wake_mu_);
+      wake_cv_.wait_for(w, options_.tick, [&] { return wake_.load(); });
+    }
+    wake_.store(false);
+    std::unique_lock<std::mutex> l(mu_);
     if (stop_) break;
-    wake_ = false;
     Turn();
     ++turns_;
+    l.unlock();
     turn_cv_.notify_all();
   }
 }
@@ -445,11 +451,13 @@ void ControlPlane::ApplyStoreChanges() {
             cluster::Node& cn = cluster_.node(n->id);
             cn.unschedulable = n->cordoned || !n->ready;
             cluster_.Touch(n->id);
+            ++capacity_gen_;
           }
         } else if (n != nullptr) {
           n->cordoned = true;
           cluster_.node(n->id).unschedulable = true;
           cluster_.Touch(n->id);
+          ++capacity_gen_;
         }
       } else if (kind == "Tenant") {
         const std::string name = meta.value("name", "");
@@ -458,6 +466,7 @@ void ControlPlane::ApplyStoreChanges() {
           sleeping_tenants_.insert(name);
         } else {
           sleeping_tenants_.erase(name);
+          ++capacity_gen_;
         }
       }
     }
@@ -502,6 +511,7 @@ void ControlPlane::ApplyReports() {
         // Free this worker's resources now; the node forgets the attempt.
         if (w.uid != 0) {
           (void)scheduler_->Remove(w.uid);
+          ++capacity_gen_;
           uid_worker_.erase(w.uid);
           w.uid = 0;
         }
@@ -548,6 +558,7 @@ void ControlPlane::ReleaseWorkers(Job& job) {
   for (Worker& w : job.workers) {
     if (w.uid != 0) {
       (void)scheduler_->Remove(w.uid);
+      ++capacity_gen_;
       uid_worker_.erase(w.uid);
       w.uid = 0;
     }
@@ -602,6 +613,7 @@ void ControlPlane::CheckNodes() {
       cluster::Node& cn = cluster_.node(n.id);
       cn.unschedulable = true;
       cluster_.Touch(n.id);
+      ++capacity_gen_;
       // Its attempts are lost: end them (requeued by restart policy).
       std::vector<std::string> lost(n.attempts.begin(), n.attempts.end());
       for (const std::string& a : lost) {
@@ -620,6 +632,10 @@ void ControlPlane::ScheduleJobs() {
   std::vector<Job*> pending;
   for (auto& [k, j] : jobs_) {
     if (j.phase != "Pending" || !j.spec) continue;
+    // Nothing freed or added since this job last failed to fit: it would fail again. Without
+    // this every turn would retry every pending job, and a burst of submissions would cost
+    // O(pending^2) placements.
+    if (j.failed_gen == capacity_gen_) continue;
     if (sleeping_tenants_.count(j.tenant)) {
       if (j.reason != "TenantSleeping") {
         j.reason = "TenantSleeping";
@@ -657,6 +673,7 @@ void ControlPlane::ScheduleJobs() {
       if (g.placed) placed = g.members;
     }
     if (placed.size() != pods.size()) {
+      j->failed_gen = capacity_gen_;
       if (j->queue_message != reason) {
         j->queue_message = reason;
         j->reason = "Unschedulable";
@@ -851,9 +868,9 @@ StatusOr<json> ControlPlane::RegisterNode(const std::string& name, const json& s
   cluster::Node& cn = cluster_.node(n->id);
   cn.unschedulable = n->cordoned;
   cluster_.Touch(n->id);
+  ++capacity_gen_;
   ++n->version;
-  wake_ = true;
-  wake_cv_.notify_one();
+  RequestTurn();
   assign_cv_.notify_all();
   return json{{"epoch", n->epoch}, {"instance", instance_}, {"node", name}};
 }
@@ -874,7 +891,8 @@ StatusOr<json> ControlPlane::AgentReport(const std::string& node, const std::str
     cluster::Node& cn = cluster_.node(n->id);
     cn.unschedulable = n->cordoned;
     cluster_.Touch(n->id);
-    wake_ = true;
+    ++capacity_gen_;
+    RequestTurn();
   }
   json stop = json::array();
   for (const json& a : report.value("attempts", json::array())) {
@@ -903,9 +921,8 @@ StatusOr<json> ControlPlane::AgentReport(const std::string& node, const std::str
                        {"spec", {{"type", "Normal"}, {"reason", ev.value("reason", "AgentEvent")},
                                  {"message", "node " + node + ": " + ev.value("message", "")},
                                  {"involvedObject", {{"kind", "Job"}, {"name", ev.value("job", "")}}}}}});
-    wake_ = true;
   }
-  if (!reports_.empty() || wake_) wake_cv_.notify_one();
+  if (!reports_.empty() || !events_.empty()) RequestTurn();
   return json{{"stop", stop}};
 }
 
@@ -998,8 +1015,7 @@ Status ControlPlane::CancelJob(const std::string& tenant, const std::string& nam
   Job& j = it->second;
   if (Terminal(j.phase)) return FailedPreconditionError("Job " + tenant + "/" + name + " already " + j.phase);
   EndAttempt(j, "Killed", "Cancelled", "cancelled by request", false);
-  wake_ = true;
-  wake_cv_.notify_one();
+  RequestTurn();
   return OkStatus();
 }
 
@@ -1071,8 +1087,7 @@ Status ControlPlane::Drain(const std::string& node) {
     if (j == nullptr || Terminal(j->phase) || j->phase == "Pending") continue;
     EndAttempt(*j, "Killed", "Drained", "node " + node + " drained", false);
   }
-  wake_ = true;
-  wake_cv_.notify_one();
+  RequestTurn();
   return OkStatus();
 }
 

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -137,6 +138,7 @@ class ControlPlane {
     double gpu_seconds = 0, cpu_seconds = 0, cost = 0;
     int64_t queued_us = 0;
     std::string queue_message;  // last unschedulable reason (written once per change)
+    uint64_t failed_gen = 0;    // capacity_gen_ when placement last failed (0: not yet)
     bool dirty = false;
   };
   struct Node {
@@ -164,6 +166,7 @@ class ControlPlane {
   void ApplyReports();
   void CheckNodes();
   void ScheduleJobs();
+  void RequestTurn();
   void Flush();
   void Publish(const std::string& node);
 
@@ -188,11 +191,13 @@ class ControlPlane {
   std::string instance_;
 
   std::mutex mu_;
-  std::condition_variable wake_cv_;    // controller
   std::condition_variable assign_cv_;  // WaitAssignments
   std::condition_variable turn_cv_;    // Sync
-  bool wake_ = false;
   bool stop_ = false;
+  // Asking for a controller turn: a leaf lock (taken inside mu_ or alone, never the reverse).
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  std::atomic<bool> wake_{false};
   uint64_t turns_ = 0;
   std::thread thread_;
 
@@ -208,6 +213,9 @@ class ControlPlane {
   std::set<std::string> to_publish_;
   int64_t next_seq_ = 0;
   int64_t next_uid_ = 1;
+  // Moves whenever capacity may have grown (a node added, changed or back, resources freed, a
+  // tenant woken); a pending job is retried only after it moved.
+  uint64_t capacity_gen_ = 1;
   int64_t seen_revision_ = 0;
   int64_t start_us_ = 0;
   int64_t event_counter_ = 0;
