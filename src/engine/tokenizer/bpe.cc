@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <climits>
+#include <cstring>
+#include <memory>
 #include <queue>
 
 namespace aicloud::engine {
@@ -11,6 +14,34 @@ namespace {
 // Words up to this many symbols use the array merge loop; longer ones the heap. Most words of
 // natural text are far shorter; long runs (whitespace, digits in GPT-2, base64) take the heap.
 constexpr size_t kSmallWord = 48;
+
+// The per-thread word cache: one cache line per entry, direct-mapped by the word's hash. Words
+// longer than kCacheMaxWord bytes or of more than kCacheMaxIds tokens are not cached.
+constexpr size_t kCacheEntries = 4096;
+constexpr size_t kCacheMaxWord = 22;
+constexpr size_t kCacheMaxIds = 8;
+
+struct alignas(64) CacheEntry {
+  uint32_t owner = 0;  // 0: empty
+  uint32_t hash = 0;
+  uint8_t word_size = 0;
+  uint8_t id_count = 0;
+  char word[kCacheMaxWord];
+  int32_t ids[kCacheMaxIds];
+};
+static_assert(sizeof(CacheEntry) == 64);
+
+CacheEntry* WordCache() {
+  thread_local std::unique_ptr<CacheEntry[]> cache(new CacheEntry[kCacheEntries]);
+  return cache.get();
+}
+
+uint32_t NextCacheOwner() {
+  static std::atomic<uint32_t> next{1};
+  uint32_t owner = next.fetch_add(1, std::memory_order_relaxed);
+  if (owner == 0) owner = next.fetch_add(1, std::memory_order_relaxed);  // after wrap-around
+  return owner;
+}
 
 }  // namespace
 
@@ -50,11 +81,18 @@ void BpeModel::MergeTable::Grow() {
   }
 }
 
-BpeModel::BpeModel() { std::fill(std::begin(byte_token_), std::end(byte_token_), -1); }
+BpeModel::BpeModel() : cache_owner_(NextCacheOwner()) { std::fill(std::begin(byte_token_), std::end(byte_token_), -1); }
+
+void BpeModel::Reserve(size_t count) {
+  if (count > bytes_.size()) bytes_.resize(count);
+  index_.Reserve(count);
+}
 
 bool BpeModel::AddToken(std::string_view bytes, int32_t id) {
-  auto [it, inserted] = token_ids_.emplace(std::string(bytes), id);
-  if (!inserted) return false;
+  if (index_.Find(bytes_, bytes)) return false;
+  if (static_cast<size_t>(id) >= bytes_.size()) bytes_.resize(id + 1);
+  bytes_[id].assign(bytes);
+  index_.Insert(bytes_, id);
   if (bytes.size() == 1) byte_token_[static_cast<unsigned char>(bytes[0])] = id;
   return true;
 }
@@ -64,9 +102,7 @@ void BpeModel::AddMerge(int32_t left, int32_t right, int32_t result) {
 }
 
 std::optional<int32_t> BpeModel::FindBytes(std::string_view bytes) const {
-  auto it = token_ids_.find(bytes);
-  if (it == token_ids_.end()) return std::nullopt;
-  return it->second;
+  return index_.Find(bytes_, bytes);
 }
 
 std::vector<unsigned char> BpeModel::MissingBytes() const {
@@ -78,9 +114,38 @@ std::vector<unsigned char> BpeModel::MissingBytes() const {
 }
 
 void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* out) const {
+  if (word.size() <= 1 || word.size() > kCacheMaxWord) {
+    EncodeWordUncached(word, out);
+    return;
+  }
+  const uint64_t hash = TokenIndex::Hash(word);
+  CacheEntry& e = WordCache()[(hash >> 20) % kCacheEntries];
+  if (e.owner == cache_owner_ && e.hash == static_cast<uint32_t>(hash) &&
+      e.word_size == word.size() && std::memcmp(e.word, word.data(), word.size()) == 0) {
+    out->insert(out->end(), e.ids, e.ids + e.id_count);
+    return;
+  }
+  const size_t first = out->size();
+  Encode(word, hash, out);
+  const size_t count = out->size() - first;
+  if (count <= kCacheMaxIds) {
+    e.owner = cache_owner_;
+    e.hash = static_cast<uint32_t>(hash);
+    e.word_size = static_cast<uint8_t>(word.size());
+    e.id_count = static_cast<uint8_t>(count);
+    std::memcpy(e.word, word.data(), word.size());
+    std::copy(out->begin() + static_cast<ptrdiff_t>(first), out->end(), e.ids);
+  }
+}
+
+void BpeModel::EncodeWordUncached(std::string_view word, std::vector<int32_t>* out) const {
   if (word.empty()) return;
+  Encode(word, word.size() > 1 && ignore_merges_ ? TokenIndex::Hash(word) : 0, out);
+}
+
+void BpeModel::Encode(std::string_view word, uint64_t hash, std::vector<int32_t>* out) const {
   if (ignore_merges_ && word.size() > 1) {
-    if (std::optional<int32_t> id = FindBytes(word)) {
+    if (std::optional<int32_t> id = index_.Find(bytes_, word, hash)) {
       out->push_back(*id);
       return;
     }

@@ -14,6 +14,10 @@
 // Tokens and merges are kept as raw bytes and ids: the tokenizer.json loader converts them from
 // the byte-level alphabet once (byte_level.h).
 //
+// Repeated words are answered from a small per-thread cache (direct-mapped, 256 KiB per thread,
+// shared by all models and tagged with the model's unique id), which keeps the hot words of a
+// text in L2 instead of probing the multi-megabyte vocabulary and merge tables each time.
+//
 // Thread-safety: build on one thread; after that every const method may run concurrently.
 #pragma once
 
@@ -21,16 +25,21 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include "engine/tokenizer/token_index.h"
 
 namespace aicloud::engine {
 
 class BpeModel {
  public:
   BpeModel();
+  BpeModel(const BpeModel&) = delete;
+  BpeModel& operator=(const BpeModel&) = delete;
 
   // --- Building. ---
+  // Makes room for tokens with ids below `count`.
+  void Reserve(size_t count);
   // Adds token `id` with raw bytes `bytes`. Returns false when the bytes are already a token
   // (the id of the first stays).
   bool AddToken(std::string_view bytes, int32_t id);
@@ -48,6 +57,8 @@ class BpeModel {
   // --- Queries. ---
   // Appends the tokens of one pre-tokenized word (raw bytes).
   void EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
+  // The same without the word cache (for tests of the merge loops).
+  void EncodeWordUncached(std::string_view word, std::vector<int32_t>* out) const;
   std::optional<int32_t> FindBytes(std::string_view bytes) const;
   size_t merge_count() const { return merges_.size(); }
   // The bytes that have no single-byte token (each would be dropped or become unk).
@@ -86,17 +97,16 @@ class BpeModel {
     std::vector<Slot> slots_;
     size_t size_ = 0;
   };
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
+  void Encode(std::string_view word, uint64_t hash, std::vector<int32_t>* out) const;
 
   // Merge loops for short words (pair ranks in an array, linear scan for the minimum) and for
   // long ones (linked symbols and a heap), with identical results.
   void MergeSmall(std::vector<int32_t>* symbols) const;
   void MergeLarge(std::vector<int32_t>* symbols) const;
 
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_ids_;
+  const uint32_t cache_owner_;      // unique per model: tags its entries in the word cache
+  std::vector<std::string> bytes_;  // by id; empty for ids with no token
+  TokenIndex index_;                // bytes -> id
   int32_t byte_token_[256];
   MergeTable merges_;
   int32_t next_rank_ = 0;

@@ -41,17 +41,80 @@ size_t CodePointLength(unsigned char lead) {
   return 4;
 }
 
+// Oniguruma's \s in Unicode mode: U+0009..U+000D, U+0085 and the Z categories. PCRE2's UCP \s
+// also matches U+180E (MONGOLIAN VOWEL SEPARATOR, no longer a space since Unicode 6.3).
+constexpr std::string_view kOnigurumaSpace = R"(\t\n\x{0B}\f\r\x{85}\p{Z})";
+
 }  // namespace
+
+std::string OnigurumaCompatiblePattern(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 64);
+  bool in_class = false;
+  size_t i = 0;
+  while (i < pattern.size()) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[i + 1];
+      if (e == 'Q') {  // \Q...\E is literal text: copy it untouched
+        const size_t end = pattern.find("\\E", i + 2);
+        const size_t stop = end == std::string_view::npos ? pattern.size() : end + 2;
+        out.append(pattern.substr(i, stop - i));
+        i = stop;
+        continue;
+      }
+      if (e == 's') {
+        out += in_class ? std::string(kOnigurumaSpace) : "[" + std::string(kOnigurumaSpace) + "]";
+      } else if (e == 'S' && !in_class) {
+        out += "[^" + std::string(kOnigurumaSpace) + "]";
+      } else {
+        out += c;  // any other escape, \S inside a class included, stays as written
+        out += e;
+      }
+      i += 2;
+      continue;
+    }
+    if (in_class) {
+      if (c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+        const size_t end = pattern.find(":]", i + 2);  // a POSIX class such as [:alpha:]
+        if (end != std::string_view::npos) {
+          out.append(pattern.substr(i, end + 2 - i));
+          i = end + 2;
+          continue;
+        }
+      }
+      if (c == ']') in_class = false;
+      out += c;
+      ++i;
+      continue;
+    }
+    out += c;
+    ++i;
+    if (c == '[') {
+      in_class = true;
+      if (i < pattern.size() && pattern[i] == '^') out += pattern[i++];
+      if (i < pattern.size() && pattern[i] == ']') out += pattern[i++];  // a literal ']'
+    }
+  }
+  return out;
+}
 
 StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
+  const std::string compatible = OnigurumaCompatiblePattern(pattern);
   pcre2_code* code =
-      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compatible.data()), compatible.size(),
                     PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
+    if (compatible != pattern) {
+      return InvalidArgumentError(fmt::format("invalid regex: {} (in the pattern as rewritten "
+                                              "for PCRE2, at offset {}: {})",
+                                              reinterpret_cast<const char*>(message), offset,
+                                              compatible));
+    }
     return InvalidArgumentError(fmt::format("invalid regex at offset {}: {}", offset,
                                             reinterpret_cast<const char*>(message)));
   }

@@ -7,7 +7,8 @@
 // Patterns come from tokenizer.json files, which write them for Oniguruma (what Hugging Face's
 // tokenizers uses). They need Unicode properties (\p{L}, \p{N}), scoped flags ((?i:...)) and
 // lookahead (\s+(?!\S)), which std::regex lacks; PCRE2 in UTF + UCP mode reads them the same way.
-// The pattern is JIT-compiled when the platform supports it.
+// One difference is removed before compiling: \s and \S are rewritten to Oniguruma's set
+// (see OnigurumaCompatiblePattern). The pattern is JIT-compiled when the platform supports it.
 //
 // Thread-safe: a compiled Regex is immutable; per-thread match state lives in thread_local
 // scratch inside regex.cc.
@@ -58,5 +59,10 @@ class Regex {
   std::string pattern_;
   bool jit_;
 };
+
+// `pattern` with \s (and \S outside character classes) spelled out as Oniguruma's Unicode
+// whitespace, U+0009..U+000D, U+0085 and \p{Z}; PCRE2's own \s also matches U+180E. \S inside
+// a class is left as written (no file in use has one).
+std::string OnigurumaCompatiblePattern(std::string_view pattern);
 
 }  // namespace aicloud::engine

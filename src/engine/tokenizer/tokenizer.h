@@ -89,9 +89,9 @@ class Tokenizer {
   std::optional<int32_t> FindToken(std::string_view text) const;
   bool IsSpecial(int32_t id) const;
 
-  // From tokenizer_config.json when given; otherwise the first of the usual names present:
-  // BOS <|begin_of_text|>, <s>, <|startoftext|>, <bos>; EOS <|end_of_text|>, <|endoftext|>,
-  // </s>, <eos>.
+  // From tokenizer_config.json when given (absent or null there: none); without a config, the
+  // first added token with a usual name: BOS <|begin_of_text|>, <s>, <|startoftext|>, <bos>;
+  // EOS <|end_of_text|>, <|endoftext|>, </s>, <eos>.
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
   // Whether Encode(text, true) starts with the BOS id.

@@ -6,6 +6,7 @@
 
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/json_fields.h"
+#include "engine/tokenizer/token_index.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/unicode_nfc.h"
 
@@ -107,8 +108,9 @@ class TokenizerLoader {
       max_id = std::max(max_id, *id);
     }
     Reserve(max_id);
+    t_->bpe_.Reserve(static_cast<size_t>(max_id) + 1);
     std::vector<bool> seen(max_id + 1);
-    vocab_text_.reserve((*vocab)->size());
+    vocab_index_.Reserve((*vocab)->size());
     for (const auto& [text, value] : (*vocab)->items()) {
       const auto id = static_cast<int32_t>(value.get<int64_t>());
       if (seen[id]) {
@@ -116,8 +118,8 @@ class TokenizerLoader {
                           fmt::format("id {} is already used by \"{}\"", id, t_->token_text_[id]));
       }
       seen[id] = true;
-      vocab_text_.emplace(text, id);
       t_->token_text_[id] = text;
+      vocab_index_.Insert(t_->token_text_, id);  // JSON object keys are unique
       if (std::optional<std::string> bytes = VocabTextToBytes(text)) {
         t_->bpe_.AddToken(*bytes, id);
         t_->token_bytes_[id] = std::move(*bytes);
@@ -191,21 +193,19 @@ class TokenizerLoader {
       if (!right_id.ok()) return right_id.status();
       merged.assign(left);
       merged.append(right);
-      auto it = vocab_text_.find(merged);
-      if (it == vocab_text_.end()) {
+      std::optional<int32_t> merged_id = vocab_index_.Find(t_->token_text_, merged);
+      if (!merged_id) {
         return FieldError(field, fmt::format("merged token \"{}\" is not in model.vocab", merged));
       }
-      t_->bpe_.AddMerge(*left_id, *right_id, it->second);
+      t_->bpe_.AddMerge(*left_id, *right_id, *merged_id);
     }
     return OkStatus();
   }
 
   StatusOr<int32_t> VocabId(std::string_view text, const std::string& field) {
-    auto it = vocab_text_.find(std::string(text));
-    if (it == vocab_text_.end()) {
-      return FieldError(field, fmt::format("token \"{}\" is not in model.vocab", text));
-    }
-    return it->second;
+    std::optional<int32_t> id = vocab_index_.Find(t_->token_text_, text);
+    if (!id) return FieldError(field, fmt::format("token \"{}\" is not in model.vocab", text));
+    return *id;
   }
 
   Status LoadUnk(const json& model) {
@@ -435,7 +435,9 @@ class TokenizerLoader {
     auto resolve = [&](const std::optional<std::string>& name, const char* key,
                        std::initializer_list<const char*> usual,
                        std::optional<int32_t>* out) -> Status {
-      if (config != nullptr && name) {
+      if (config != nullptr) {
+        // The config is authoritative: absent or null means there is no such token.
+        if (!name) return OkStatus();
         std::optional<int32_t> id = t_->FindToken(*name);
         if (!id) {
           return InvalidArgumentError(fmt::format("{}: {}: \"{}\" is not a token of {}",
@@ -444,9 +446,10 @@ class TokenizerLoader {
         *out = id;
         return OkStatus();
       }
+      // Only added tokens: "<s>" may also be an ordinary BPE entry (Qwen2 has one).
       for (const char* candidate : usual) {
-        if (std::optional<int32_t> id = t_->FindToken(candidate)) {
-          *out = id;
+        if (auto it = t_->added_ids_.find(candidate); it != t_->added_ids_.end()) {
+          *out = it->second;
           break;
         }
       }
@@ -490,7 +493,9 @@ class TokenizerLoader {
   }
 
   std::unique_ptr<Tokenizer> t_;
-  std::unordered_map<std::string, int32_t> vocab_text_;  // vocabulary text -> id, while loading
+  // Vocabulary text -> id over token_text_, used while the model loads (before added tokens
+  // can change token_text_).
+  TokenIndex vocab_index_;
 };
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view text,

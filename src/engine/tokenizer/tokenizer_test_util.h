@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace aicloud::engine_test {
@@ -102,6 +105,50 @@ inline std::vector<KnownAnswer> ReadKnownAnswers(const std::string& inp_path,
   EXPECT_EQ(line_start, out.size()) << out_path << ": no newline after the last line";
   EXPECT_EQ(index, answers.size()) << out_path << " and " << inp_path << " differ in length";
   return answers;
+}
+
+// A small byte-level tokenizer.json: the 256 byte tokens (id = byte value) plus
+//   256 "he", 257 "ll", 258 "hell", 259 "hello", 260 "Ġw", 261 "or", 262 "Ġwor", 263 "ld",
+//   264 "Ġworld", 265 "<s>", 266 "</s>"
+// and the merges that build them, so Encode("hello world") is {259, 264}. Top-level fields in
+// `overrides` replace the base ones (pre_tokenizer is ByteLevel with GPT-2's regex and no prefix
+// space; normalizer, post_processor null; decoder ByteLevel; added_tokens <s>, </s> special).
+inline nlohmann::json TinyTokenizer(const nlohmann::json& overrides = nlohmann::json::object()) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) {
+    vocab[BytesToVocabText(std::string(1, static_cast<char>(b)))] = b;
+  }
+  const char* extra[] = {"he", "ll", "hell", "hello", "Ġw", "or", "Ġwor", "ld", "Ġworld",
+                         "<s>", "</s>"};
+  for (int i = 0; i < 11; ++i) vocab[extra[i]] = 256 + i;
+  nlohmann::json j = {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 265}, {"content", "<s>"}, {"special", true}},
+        {{"id", 266}, {"content", "</s>"}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges",
+         {"h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld"}}}}};
+  for (const auto& [key, value] : overrides.items()) j[key] = value;
+  return j;
+}
+
+inline std::unique_ptr<Tokenizer> LoadJson(const nlohmann::json& j) {
+  StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromJson(j.dump(), "tiny.json");
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  return tok.ok() ? std::move(*tok) : nullptr;
+}
+
+inline std::string IdsText(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  return s;
 }
 
 }  // namespace aicloud::engine_test
