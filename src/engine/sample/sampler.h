@@ -1,0 +1,127 @@
+// Sampler: picks a sequence's next token from the model's logits over the vocabulary.
+//
+//   SequenceSampling seq(params, seed, prompt_ids);   // one per request, lives with it
+//   Sampler sampler;                                  // one per engine thread, reused
+//   StatusOr<SampleResult> r = sampler.Sample(seq, logits_row);   // logits_row: vocab floats
+//   seq.Append(r->token);
+//
+// The order of operations is vLLM's:
+//   1. penalties (SamplingParams): repetition over prompt + output, then frequency and presence
+//      over output; only the seen tokens are touched, never the whole vocabulary;
+//   2. temperature 0: the argmax (lowest id among ties), done;
+//   3. temperature: p_i ~ exp(logit_i / T);
+//   4. min_p: drop tokens with p_i < min_p x p_max;
+//   5. top_k: keep the k most likely (ties broken towards the lower id);
+//   6. top_p: keep the most-likely-first prefix whose mass (renormalised over what is left)
+//      first reaches top_p, the token that crosses it included;
+//   7. one categorical draw over the survivors, renormalised.
+// top_k = 1 is therefore exactly greedy.
+//
+// Cost on a 50k vocabulary: nothing ever sorts the vocabulary. Greedy is one pass (argmax).
+// Sampling without filters is two passes (max, exp) and a walk. top_k is an nth_element;
+// top_p is a quickselect that sums probabilities instead of counting (expected O(survivors)),
+// so a flat distribution costs no more than a peaked one.
+//
+// Reproducibility: the draw for generated token i uses a generator seeded from (seed, i)
+// alone. Nothing carries over between calls, so a sequence's tokens are the same whether it is
+// sampled alone or between other sequences, in any batch, and after a preemption.
+//
+// Logprobs are those of the model's distribution: log_softmax of the logits as given, before
+// penalties, temperature and filters (vLLM's default "raw_logprobs").
+//
+// Thread-safety: a Sampler holds scratch buffers, so one per thread. SequenceSampling is a
+// plain value owned by its request; Sample only reads it.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/sample/sampling_params.h"
+
+namespace aicloud::engine {
+
+// What a request's sampling needs besides the logits: its parameters, its seed, and the token
+// history the penalties read. The scheduler keeps one per request.
+class SequenceSampling {
+ public:
+  // `prompt` is only read here (kept as a set when the repetition penalty needs it).
+  // REQUIRES: Validate(params).ok().
+  SequenceSampling(SamplingParams params, uint64_t seed, std::span<const int32_t> prompt);
+
+  const SamplingParams& params() const { return params_; }
+  uint64_t seed() const { return seed_; }
+  // Tokens appended so far; the next Sample draws token number num_generated().
+  int64_t num_generated() const { return num_generated_; }
+
+  // Records a generated token (after each step).
+  void Append(int32_t token);
+
+  // Times `token` was generated (counted only when a penalty is on).
+  int32_t OutputCount(int32_t token) const;
+  // Distinct prompt tokens, sorted (kept only when the repetition penalty is on).
+  std::span<const int32_t> prompt_set() const { return prompt_set_; }
+  const std::unordered_map<int32_t, int32_t>& output_counts() const { return output_counts_; }
+
+ private:
+  SamplingParams params_;
+  uint64_t seed_ = 0;
+  int64_t num_generated_ = 0;
+  std::vector<int32_t> prompt_set_;
+  std::unordered_map<int32_t, int32_t> output_counts_;
+};
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
+struct SampleResult {
+  int32_t token = -1;
+  // log p(token) under the model's distribution; NaN unless params.logprobs is set.
+  float logprob = std::numeric_limits<float>::quiet_NaN();
+  // The params.logprobs most likely tokens, most likely first, ties towards the lower id.
+  std::vector<TokenLogprob> top_logprobs;
+};
+
+// One surviving candidate of the filtered distribution.
+struct TokenProb {
+  int32_t token = -1;
+  double prob = 0;
+};
+
+class Sampler {
+ public:
+  // INVALID_ARGUMENT for empty logits, a NaN or +inf logit, or all logits -inf (after
+  // penalties).
+  StatusOr<SampleResult> Sample(const SequenceSampling& seq, std::span<const float> logits);
+
+  // The distribution Sample draws from (steps 1-6 above): the surviving tokens with their
+  // renormalised probabilities, most likely first, ties towards the lower id. Greedy gives the
+  // argmax with probability 1. For tests and debugging; it sorts everything it returns.
+  StatusOr<std::vector<TokenProb>> Distribution(const SequenceSampling& seq,
+                                                std::span<const float> logits);
+
+  // Step 1 alone, in place: what the penalties do to `logits`.
+  static void ApplyPenalties(const SequenceSampling& seq, std::span<float> logits);
+
+ private:
+  // Steps 1-6: leaves the survivors in cand_ (or all_ = every id) with their unnormalised
+  // weights in w_ (same order) and their sum in total_. The order of cand_ is deterministic
+  // (a function of the logits and params), not sorted.
+  Status Prepare(const SequenceSampling& seq, std::span<const float> logits);
+  void Logprobs(int32_t n, int32_t token, std::span<const float> logits, SampleResult* out);
+
+  std::vector<float> work_;     // penalised logits
+  std::vector<int32_t> cand_;   // candidate ids
+  std::vector<float> w_;        // weights exp((x - max) / T), same order as cand_ (or by id)
+  std::vector<int32_t> top_;    // logprobs scratch
+  bool all_ = false;
+  double total_ = 0;
+};
+
+}  // namespace aicloud::engine
