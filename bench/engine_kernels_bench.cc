@@ -10,6 +10,13 @@
 // - DecodeMatMuls135M/<format>/M/threads: every linear layer of one decode step of the 135M
 //   model for M sequences (30 layers x q,k,v,o,gate,up,down + the 49152-row LM head), with
 //   each layer's own weights: tokens/s = M / step time for the matmul part of decode.
+// - Attention/<cache>/decode and /prefill: PagedAttention alone with the 135M attention shape
+//   (9 heads over 3 KV heads of 64, blocks of 16): GFLOP/s (4 * ctx * 64 per head and token)
+//   and GB/s of K/V read (each KV head's context once per token).
+// - Forward135M/<format>/<mode>/...: the whole forward pass of the 135M model built from these
+//   kernels (norms, fused qkv, RoPE, KV store, paged attention over an F16 cache, o, fused
+//   gate/up, SwiGLU, down, residuals, LM head + argmax): decode of S sequences at context C
+//   (tokens/s = S / step time), and prefill of a P-token prompt (tokens/s = P / time).
 // After the tables it prints ours/OpenBLAS GFLOP/s ratios per shape, M and thread count.
 #include <benchmark/benchmark.h>
 
@@ -21,9 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/kernels/matmul.h"
-#include "engine/kernels/matrix.h"
-#include "engine/kernels/thread_pool.h"
+#include "engine/kernels/kernels.h"
 
 #ifdef AICLOUD_HAVE_OPENBLAS
 #include <cblas.h>
@@ -179,6 +184,223 @@ void BM_DecodeMatMuls135M(benchmark::State& state, WeightFormat f) {
                          benchmark::Counter::kIsRate);
 }
 
+
+// One layer's KV cache with the 135M attention shape and sequences laid out block after block.
+struct AttentionBench {
+  static constexpr int64_t kHeads = 9, kKvHeads = 3, kDim = 64, kBlock = 16;
+  std::vector<uint16_t> k16, v16;
+  std::vector<float> k32, v32;
+  KvCacheView kv;
+  std::vector<std::vector<int32_t>> tables;
+
+  AttentionBench(aicloud::engine::DType type, int64_t seqs, int64_t ctx) {
+    const int64_t per_seq = (ctx + kBlock - 1) / kBlock;
+    const size_t elems = static_cast<size_t>(seqs * per_seq * kBlock * kKvHeads * kDim);
+    kv = {type, seqs * per_seq, kBlock, kKvHeads, kDim, nullptr, nullptr};
+    if (type == aicloud::engine::DType::kF16) {
+      k16.assign(elems, 0x3c00);
+      v16.assign(elems, 0x3c00);
+      kv.k = k16.data();
+      kv.v = v16.data();
+    } else {
+      k32.assign(elems, 0.5f);
+      v32.assign(elems, 0.5f);
+      kv.k = k32.data();
+      kv.v = v32.data();
+    }
+    for (int64_t s = 0; s < seqs; ++s) {
+      tables.emplace_back();
+      for (int64_t b = 0; b < per_seq; ++b) tables.back().push_back(static_cast<int32_t>(s * per_seq + b));
+    }
+  }
+};
+
+// Args: {sequences, context, threads}: one decode token per sequence.
+void BM_AttentionDecode(benchmark::State& state, aicloud::engine::DType type) {
+  const int64_t seqs = state.range(0), ctx = state.range(1);
+  ThreadPool& pool = Pool(static_cast<int>(state.range(2)));
+  AttentionBench a(type, seqs, ctx);
+  std::vector<AttentionToken> toks;
+  for (int64_t s = 0; s < seqs; ++s) toks.push_back({a.tables[s], static_cast<int32_t>(ctx)});
+  const int64_t width = AttentionBench::kHeads * AttentionBench::kDim;
+  const auto q = Random(static_cast<size_t>(seqs * width), 5, 1.0f);
+  std::vector<float> out(q.size());
+  for (auto _ : state) {
+    PagedAttention(pool, q.data(), width, toks, AttentionBench::kHeads, a.kv, 0.125f, out.data(), width);
+    benchmark::ClobberMemory();
+  }
+  const double flops = 4.0 * seqs * ctx * width;
+  const double bytes = 2.0 * seqs * ctx * AttentionBench::kKvHeads * AttentionBench::kDim *
+                       static_cast<double>(aicloud::engine::DTypeSize(type));
+  SetCounters(state, flops, bytes);
+}
+
+// Args: {prompt, threads}: causal attention of a whole prompt.
+void BM_AttentionPrefill(benchmark::State& state, aicloud::engine::DType type) {
+  const int64_t p = state.range(0);
+  ThreadPool& pool = Pool(static_cast<int>(state.range(1)));
+  AttentionBench a(type, 1, p);
+  std::vector<AttentionToken> toks;
+  for (int64_t i = 0; i < p; ++i) toks.push_back({a.tables[0], static_cast<int32_t>(i + 1)});
+  const int64_t width = AttentionBench::kHeads * AttentionBench::kDim;
+  const auto q = Random(static_cast<size_t>(p * width), 5, 1.0f);
+  std::vector<float> out(q.size());
+  for (auto _ : state) {
+    PagedAttention(pool, q.data(), width, toks, AttentionBench::kHeads, a.kv, 0.125f, out.data(), width);
+    benchmark::ClobberMemory();
+  }
+  const double flops = 4.0 * width * (static_cast<double>(p) * (p + 1) / 2);
+  SetCounters(state, flops, 0.0);
+}
+
+// The SmolLM2-135M forward pass from the kernels, with q/k/v and gate/up fused at load.
+struct Forward135M {
+  static constexpr int kLayers = 30;
+  static constexpr int64_t kHidden = 576, kHeads = 9, kKvHeads = 3, kHeadDim = 64, kFfn = 1536,
+                           kVocab = 49152, kQkv = 960, kBlock = 16;
+  struct Layer {
+    Matrix qkv, o, gate_up, down;
+    std::vector<float> attn_norm, mlp_norm;
+    std::vector<uint16_t> k_pool, v_pool;  // F16 KV cache
+    KvCacheView kv;
+  };
+  std::vector<Layer> layers;
+  Matrix embed;  // tied with the LM head
+  std::vector<float> final_norm;
+  std::vector<float> inv_freq = RopeInvFreq(kHeadDim, 100000.0);
+
+  Forward135M(WeightFormat f, int64_t kv_blocks) {
+    uint32_t seed = 100;
+    auto make = [&](int64_t rows, int64_t cols) {
+      const auto w = Random(static_cast<size_t>(rows * cols), seed++, 0.02f);
+      return std::move(*ConvertMatrix({WeightFormat::kF32, rows, cols, w.data()}, f));
+    };
+    for (int l = 0; l < kLayers; ++l) {
+      Layer layer;
+      layer.qkv = make(kQkv, kHidden);
+      layer.o = make(kHidden, kHidden);
+      layer.gate_up = make(2 * kFfn, kHidden);
+      layer.down = make(kHidden, kFfn);
+      layer.attn_norm.assign(kHidden, 1.0f);
+      layer.mlp_norm.assign(kHidden, 1.0f);
+      const size_t elems = static_cast<size_t>(kv_blocks * kBlock * kKvHeads * kHeadDim);
+      layer.k_pool.assign(elems, 0x3c00);  // 1.0
+      layer.v_pool.assign(elems, 0x3c00);
+      layer.kv = {aicloud::engine::DType::kF16, kv_blocks, kBlock, kKvHeads, kHeadDim,
+                  layer.k_pool.data(), layer.v_pool.data()};
+      layers.push_back(std::move(layer));
+    }
+    embed = make(kVocab, kHidden);
+    final_norm.assign(kHidden, 1.0f);
+  }
+
+  size_t weight_bytes() const {
+    size_t b = embed.bytes();
+    for (const Layer& l : layers) b += l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes();
+    return b;
+  }
+
+  // One step over m tokens; tokens[i] says which cache blocks token i reads, slots[i] where its
+  // K/V go. Logits are computed for the rows in [m - logit_rows, m).
+  void Step(ThreadPool& pool, const int32_t* ids, const int32_t* positions, const int64_t* slots,
+            std::span<const AttentionToken> tokens, int64_t m, int64_t logit_rows,
+            int32_t* next) {
+    using aicloud::engine::DType;
+    x_.resize(m * kHidden);
+    h_.resize(m * kHidden);
+    qkv_.resize(m * kQkv);
+    att_.resize(m * kHidden);
+    gu_.resize(m * 2 * kFfn);
+    act_.resize(m * kFfn);
+    logits_.resize(logit_rows * kVocab);
+    (void)EmbeddingLookup(embed.view(), std::span<const int32_t>(ids, m), x_.data());
+    auto norm = [&](const std::vector<float>& w, const float* in, float* out, int64_t rows) {
+      const VectorView wv{DType::kF32, kHidden, w.data()};
+      if (rows < 16) return RmsNorm(in, rows, kHidden, wv, 1e-5f, out);
+      pool.ParallelFor(rows, [&](int64_t b, int64_t e) {
+        RmsNorm(in + b * kHidden, e - b, kHidden, wv, 1e-5f, out + b * kHidden);
+      }, 8);
+    };
+    for (Layer& l : layers) {
+      norm(l.attn_norm, x_.data(), h_.data(), m);
+      MatMul(pool, h_.data(), m, l.qkv.view(), qkv_.data());
+      Rope(qkv_.data(), m, kHeads, kHeadDim, kQkv, positions, inv_freq);
+      Rope(qkv_.data() + kHidden, m, kKvHeads, kHeadDim, kQkv, positions, inv_freq);
+      StoreKv(l.kv, slots, qkv_.data() + kHidden, kQkv, qkv_.data() + kHidden + kKvHeads * kHeadDim,
+              kQkv, m);
+      PagedAttention(pool, qkv_.data(), kQkv, tokens, kHeads, l.kv, 0.125f, att_.data(), kHidden);
+      MatMul(pool, att_.data(), m, l.o.view(), h_.data());
+      Add(x_.data(), h_.data(), x_.data(), m * kHidden);
+      norm(l.mlp_norm, x_.data(), h_.data(), m);
+      MatMul(pool, h_.data(), m, l.gate_up.view(), gu_.data());
+      SiluMulRows(gu_.data(), m, kFfn, act_.data());
+      MatMul(pool, act_.data(), m, l.down.view(), h_.data());
+      Add(x_.data(), h_.data(), x_.data(), m * kHidden);
+    }
+    const float* last = x_.data() + (m - logit_rows) * kHidden;
+    norm(final_norm, last, h_.data(), logit_rows);
+    MatMul(pool, h_.data(), logit_rows, embed.view(), logits_.data());
+    for (int64_t r = 0; r < logit_rows; ++r) next[r] = static_cast<int32_t>(Argmax(&logits_[r * kVocab], kVocab));
+  }
+
+ private:
+  std::vector<float> x_, h_, qkv_, att_, gu_, act_, logits_;
+};
+
+// Args: {sequences S, context C, threads}: each of S sequences decodes one token attending to C
+// cached positions.
+void BM_Forward135MDecode(benchmark::State& state, WeightFormat f) {
+  const int64_t seqs = state.range(0), ctx = state.range(1);
+  ThreadPool& pool = Pool(static_cast<int>(state.range(2)));
+  const int64_t blocks_per_seq = (ctx + 15) / 16;
+  Forward135M model(f, seqs * blocks_per_seq);
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(seqs));
+  std::vector<AttentionToken> tokens;
+  std::vector<int32_t> ids(seqs), positions(seqs), next(seqs);
+  std::vector<int64_t> slots(seqs);
+  for (int64_t s = 0; s < seqs; ++s) {
+    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+    ids[s] = static_cast<int32_t>(s * 7 + 1);
+    positions[s] = static_cast<int32_t>(ctx - 1);
+    slots[s] = tables[s][(ctx - 1) / 16] * 16 + (ctx - 1) % 16;
+  }
+  for (int64_t s = 0; s < seqs; ++s) tokens.push_back({tables[s], static_cast<int32_t>(ctx)});
+  for (auto _ : state) {
+    model.Step(pool, ids.data(), positions.data(), slots.data(), tokens, seqs, seqs, next.data());
+    benchmark::DoNotOptimize(next.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(seqs * state.iterations()),
+                                                  benchmark::Counter::kIsRate);
+  state.counters["weight GB/s"] = benchmark::Counter(
+      static_cast<double>(model.weight_bytes()) * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+// Args: {prompt tokens P, threads}: one sequence's prompt in one step (logits for the last
+// token only), causal attention inside it.
+void BM_Forward135MPrefill(benchmark::State& state, WeightFormat f) {
+  const int64_t p = state.range(0);
+  ThreadPool& pool = Pool(static_cast<int>(state.range(1)));
+  const int64_t blocks = (p + 15) / 16;
+  Forward135M model(f, blocks);
+  std::vector<int32_t> table(blocks), ids(p), positions(p), next(1);
+  std::vector<int64_t> slots(p);
+  std::vector<AttentionToken> tokens;
+  for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(b);
+  for (int64_t i = 0; i < p; ++i) {
+    ids[i] = static_cast<int32_t>((i * 31) % 49152);
+    positions[i] = static_cast<int32_t>(i);
+    slots[i] = i;
+    tokens.push_back({table, static_cast<int32_t>(i + 1)});
+  }
+  for (auto _ : state) {
+    model.Step(pool, ids.data(), positions.data(), slots.data(), tokens, p, 1, next.data());
+    benchmark::DoNotOptimize(next.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(p * state.iterations()),
+                                                  benchmark::Counter::kIsRate);
+}
+
 // Keeps GFLOP/s per run name so main can print ours/OpenBLAS ratios.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -203,7 +425,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
         return it == gflops_.end() ? NAN : it->second / blas;
       };
       int m = 0, t = 0;
-      std::sscanf(tail.c_str(), "/%d/%d", &m, &t);
+      std::sscanf(tail.c_str(), "/M:%d/threads:%d", &m, &t);
       std::printf("%-22s %6d %8d %8.1f %8.2f %8.2f %8.2f\n", shape.c_str(), m, t, blas, ratio("F32"),
                   ratio("F16"), ratio("Q8"));
     }
@@ -253,6 +475,41 @@ void RegisterAll() {
         ->Args({1, 1})
         ->Args({1, 2})
         ->Args({32, 2})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (auto [t, label] : {std::pair{aicloud::engine::DType::kF32, "F32"},
+                          {aicloud::engine::DType::kF16, "F16"}}) {
+    benchmark::RegisterBenchmark((std::string("Attention/") + label + "/decode").c_str(),
+                                 [t = t](benchmark::State& st) { BM_AttentionDecode(st, t); })
+        ->ArgNames({"seqs", "ctx", "threads"})
+        ->Args({1, 1024, 1})
+        ->Args({1, 1024, 2})
+        ->Args({32, 256, 2})
+        ->Args({32, 1024, 2})
+        ->UseRealTime();
+    benchmark::RegisterBenchmark((std::string("Attention/") + label + "/prefill").c_str(),
+                                 [t = t](benchmark::State& st) { BM_AttentionPrefill(st, t); })
+        ->ArgNames({"prompt", "threads"})
+        ->Args({512, 1})
+        ->Args({512, 2})
+        ->UseRealTime();
+  }
+  for (auto [f, label] : {std::pair{WeightFormat::kF16, "F16"}, {WeightFormat::kQ8, "Q8"}}) {
+    benchmark::RegisterBenchmark((std::string("Forward135M/") + label + "/decode").c_str(),
+                                 [f = f](benchmark::State& st) { BM_Forward135MDecode(st, f); })
+        ->ArgNames({"seqs", "ctx", "threads"})
+        ->Args({1, 256, 1})
+        ->Args({1, 256, 2})
+        ->Args({1, 1024, 2})
+        ->Args({32, 256, 2})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("Forward135M/") + label + "/prefill").c_str(),
+                                 [f = f](benchmark::State& st) { BM_Forward135MPrefill(st, f); })
+        ->ArgNames({"prompt", "threads"})
+        ->Args({512, 1})
+        ->Args({512, 2})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }

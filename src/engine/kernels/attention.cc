@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/kernels/cpu.h"
@@ -19,6 +20,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // tokens of one sequence may share an item.
 constexpr int64_t kMaxRows = 16;
 constexpr int64_t kMaxRunTokens = 4;
+
+// Smallest share of a context (in blocks) worth a work item of its own.
+constexpr int64_t kMinPartBlocks = 8;
 
 // Shapes the AVX2 kernel takes; anything else runs the scalar kernel.
 constexpr int64_t kMaxHeadDim = 256;
@@ -90,53 +94,64 @@ void AttendScalar(const Job& job, const Run& run, int64_t kv_head) {
 
 #ifdef AICLOUD_KERNELS_HAVE_AVX2
 
-// s[r][0, 8 * KV) = q[r] . K[:, key] for `rows` <= RG rows, K stored [dim][ldk].
-template <int KV, int RG>
-AICLOUD_AVX2 void Scores(const float* q, int64_t ldq, int rows, const float* k, int64_t ldk,
-                         int64_t dim, float* s, int64_t lds) {
-  __m256 acc[RG][KV];
+// Eight cache elements as floats.
+AICLOUD_AVX2_INLINE __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+AICLOUD_AVX2_INLINE __m256 Load8(const uint16_t* p) { return avx2::LoadHalf8(p); }
+
+// s[r][0, 8 * KV) = q[r] . K[:, key] for R rows, K stored [dim][ldk]: 8 * KV keys per FMA
+// column, no horizontal sums.
+template <int KV, int R, typename T>
+AICLOUD_AVX2 void Scores(const float* q, int64_t ldq, const T* k, int64_t ldk, int64_t dim,
+                         float* s, int64_t lds) {
+  __m256 acc[R][KV];
 #pragma GCC unroll 12
-  for (int r = 0; r < RG; ++r) {
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int c = 0; c < KV; ++c) acc[r][c] = _mm256_setzero_ps();
   }
   for (int64_t d = 0; d < dim; ++d) {
     __m256 kv[KV];
 #pragma GCC unroll 4
-    for (int c = 0; c < KV; ++c) kv[c] = _mm256_loadu_ps(k + d * ldk + 8 * c);
+    for (int c = 0; c < KV; ++c) kv[c] = Load8(k + d * ldk + 8 * c);
 #pragma GCC unroll 12
-    for (int r = 0; r < RG; ++r) {
-      if (r < rows) {
-        const __m256 qv = _mm256_broadcast_ss(q + r * ldq + d);
+    for (int r = 0; r < R; ++r) {
+      const __m256 qv = _mm256_broadcast_ss(q + r * ldq + d);
 #pragma GCC unroll 4
-        for (int c = 0; c < KV; ++c) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);
-      }
+      for (int c = 0; c < KV; ++c) acc[r][c] = _mm256_fmadd_ps(qv, kv[c], acc[r][c]);
     }
   }
 #pragma GCC unroll 12
-  for (int r = 0; r < RG; ++r) {
-    if (r < rows) {
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-      for (int c = 0; c < KV; ++c) _mm256_storeu_ps(s + r * lds + 8 * c, acc[r][c]);
-    }
+    for (int c = 0; c < KV; ++c) _mm256_storeu_ps(s + r * lds + 8 * c, acc[r][c]);
   }
 }
 
-template <int KV>
-AICLOUD_AVX2 void ScoresAllRows(const float* q, int64_t ldq, int64_t rows, const float* k,
+// Scores for `rows` <= 12 / KV rows: picks the instantiation with exactly that many.
+template <int KV, typename T, int R = 12 / KV>
+AICLOUD_AVX2 void ScoresRows(int rows, const float* q, int64_t ldq, const T* k, int64_t ldk,
+                             int64_t dim, float* s, int64_t lds) {
+  if constexpr (R > 1) {
+    if (rows < R) return ScoresRows<KV, T, R - 1>(rows, q, ldq, k, ldk, dim, s, lds);
+  }
+  Scores<KV, R, T>(q, ldq, k, ldk, dim, s, lds);
+}
+
+template <int KV, typename T>
+AICLOUD_AVX2 void ScoresAllRows(const float* q, int64_t ldq, int64_t rows, const T* k,
                                 int64_t ldk, int64_t dim, float* s, int64_t lds) {
   constexpr int kGroup = 12 / KV;  // 12 accumulators
   for (int64_t r = 0; r < rows; r += kGroup) {
-    Scores<KV, kGroup>(q + r * ldq, ldq, static_cast<int>(std::min<int64_t>(kGroup, rows - r)), k,
-                       ldk, dim, s + r * lds, lds);
+    ScoresRows<KV, T>(static_cast<int>(std::min<int64_t>(kGroup, rows - r)), q + r * ldq, ldq, k,
+                      ldk, dim, s + r * lds, lds);
   }
 }
 
 // acc[r][d0, d0 + 8 * ND) += sum_{t < valid} p[r][t] * v[t][d0, ...) for NR rows: the
 // accumulators stay in registers across the block's keys.
-template <int NR, int ND>
-AICLOUD_AVX2 void ValueTile(const float* p, int64_t ldp, const float* v, int64_t ldv,
-                            int64_t valid, float* acc, int64_t ldacc) {
+template <int NR, int ND, typename T>
+AICLOUD_AVX2 void ValueTile(const float* p, int64_t ldp, const T* v, int64_t ldv, int64_t valid,
+                            float* acc, int64_t ldacc) {
   __m256 a[NR][ND];
 #pragma GCC unroll 3
   for (int r = 0; r < NR; ++r) {
@@ -146,7 +161,7 @@ AICLOUD_AVX2 void ValueTile(const float* p, int64_t ldp, const float* v, int64_t
   for (int64_t t = 0; t < valid; ++t) {
     __m256 vv[ND];
 #pragma GCC unroll 4
-    for (int c = 0; c < ND; ++c) vv[c] = _mm256_loadu_ps(v + t * ldv + 8 * c);
+    for (int c = 0; c < ND; ++c) vv[c] = Load8(v + t * ldv + 8 * c);
 #pragma GCC unroll 3
     for (int r = 0; r < NR; ++r) {
       const __m256 pv = _mm256_broadcast_ss(p + r * ldp + t);
@@ -161,8 +176,8 @@ AICLOUD_AVX2 void ValueTile(const float* p, int64_t ldp, const float* v, int64_t
   }
 }
 
-template <int NR>
-AICLOUD_AVX2 void ValueTileDims(int nd, const float* p, int64_t ldp, const float* v, int64_t ldv,
+template <int NR, typename T>
+AICLOUD_AVX2 void ValueTileDims(int nd, const float* p, int64_t ldp, const T* v, int64_t ldv,
                                 int64_t valid, float* acc, int64_t ldacc) {
   switch (nd) {
     case 1: return ValueTile<NR, 1>(p, ldp, v, ldv, valid, acc, ldacc);
@@ -173,7 +188,8 @@ AICLOUD_AVX2 void ValueTileDims(int nd, const float* p, int64_t ldp, const float
 }
 
 // acc[r][0, dim) += sum_{t < valid} p[r][t] * v[t][0, dim), three rows and 32 dims at a time.
-AICLOUD_AVX2 void AccumulateValues(const float* p, int64_t ldp, int64_t rows, const float* v,
+template <typename T>
+AICLOUD_AVX2 void AccumulateValues(const float* p, int64_t ldp, int64_t rows, const T* v,
                                    int64_t valid, int64_t dim, float* acc, int64_t ldacc) {
   for (int64_t r0 = 0; r0 < rows; r0 += 3) {
     const int64_t nr = std::min<int64_t>(3, rows - r0);
@@ -190,20 +206,39 @@ AICLOUD_AVX2 void AccumulateValues(const float* p, int64_t ldp, int64_t rows, co
   }
 }
 
-AICLOUD_AVX2 void ToFloat(const KvCacheView& kv, const void* pool, int64_t index, int64_t n,
-                          float* out) {
-  const auto* h = static_cast<const uint16_t*>(pool) + index;
+// Pulls n elements at p into the cache (one hint per 64-byte line).
+template <typename T>
+AICLOUD_AVX2 void Prefetch(const T* p, int64_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t off = 0; off < n * static_cast<int64_t>(sizeof(T)); off += 64) {
+    _mm_prefetch(c + off, _MM_HINT_T0);
+  }
+}
+
+// Scores of all rows against one block of bs keys (bs a multiple of 8, at most 32).
+template <typename T>
+AICLOUD_AVX2 void BlockScores(const float* q, int64_t ldq, int64_t rows, const T* k, int64_t bs,
+                              int64_t dim, float* s) {
+  switch (bs / 8) {
+    case 1: return ScoresAllRows<1>(q, ldq, rows, k, bs, dim, s, bs);
+    case 2: return ScoresAllRows<2>(q, ldq, rows, k, bs, dim, s, bs);
+    default: return ScoresAllRows<4>(q, ldq, rows, k, bs, dim, s, bs);
+  }
+}
+
+AICLOUD_AVX2 void WidenHalf(const uint16_t* h, int64_t n, float* out) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, avx2::LoadHalf8(h + i));
   for (; i < n; ++i) out[i] = HalfToFloat(h[i]);
-  (void)kv;
 }
 
 // One work item: the rows (token, head) of a run that share KV head kv_head, walked block by
 // block with an online softmax. Scores of masked positions are -inf before the max is taken, so
 // stale cache contents past a token's context (even NaN) never reach the result; values are
 // read only for positions below the run's longest context.
-AICLOUD_AVX2 void AttendAvx2(const Job& job, const Run& run, int64_t kv_head) {
+template <typename T>
+AICLOUD_AVX2 void AttendAvx2Impl(const Job& job, const Run& run, int64_t kv_head, int64_t part,
+                                 int64_t parts, float* partial) {
   const KvCacheView& kv = *job.kv;
   const int64_t dim = kv.head_dim;
   const int64_t bs = kv.block_size;
@@ -213,7 +248,7 @@ AICLOUD_AVX2 void AttendAvx2(const Job& job, const Run& run, int64_t kv_head) {
   alignas(32) float qs[kMaxRows * kMaxHeadDim];
   alignas(32) float acc[kMaxRows * kMaxHeadDim];
   alignas(32) float s[kMaxRows * kMaxBlock];
-  alignas(32) float kbuf[kMaxHeadDim * kMaxBlock];
+  alignas(32) float kbuf[kMaxHeadDim * kMaxBlock];  // widened F16 block, prefill runs only
   alignas(32) float vbuf[kMaxHeadDim * kMaxBlock];
   float m[kMaxRows], l[kMaxRows];
   int64_t ctx[kMaxRows];
@@ -238,28 +273,35 @@ AICLOUD_AVX2 void AttendAvx2(const Job& job, const Run& run, int64_t kv_head) {
   const int64_t blocks = (max_ctx + bs - 1) / bs;
   const __m256 neg_inf = _mm256_set1_ps(kNegInf);
 
-  for (int64_t b = 0; b < blocks; ++b) {
+  const int64_t b_end = blocks * (part + 1) / parts;
+  for (int64_t b = blocks * part / parts; b < b_end; ++b) {
     const int64_t block = last.block_table[static_cast<size_t>(b)];
     const int64_t base = b * bs;
     const int64_t valid = std::min(bs, max_ctx - base);
-    const int64_t k_index = KIndex(kv, block, kv_head, 0, 0);
-    const int64_t v_index = VIndex(kv, block, kv_head, 0, 0);
-    const float* kp;
-    const float* vp;
-    if (kv.type == DType::kF16) {
-      ToFloat(kv, kv.k, k_index, dim * bs, kbuf);
-      ToFloat(kv, kv.v, v_index, valid * dim, vbuf);
-      kp = kbuf;
-      vp = vbuf;
-    } else {
-      kp = static_cast<const float*>(kv.k) + k_index;
-      vp = static_cast<const float*>(kv.v) + v_index;
+    const T* kp = static_cast<const T*>(kv.k) + KIndex(kv, block, kv_head, 0, 0);
+    const T* vp = static_cast<const T*>(kv.v) + VIndex(kv, block, kv_head, 0, 0);
+    // Blocks are scattered over the pool, so the hardware prefetcher restarts at each one: ask
+    // for the next block's K and V while this one is being computed.
+    if (b + 1 < b_end) {
+      const int64_t next = last.block_table[static_cast<size_t>(b + 1)];
+      Prefetch(static_cast<const T*>(kv.k) + KIndex(kv, next, kv_head, 0, 0), dim * bs);
+      Prefetch(static_cast<const T*>(kv.v) + VIndex(kv, next, kv_head, 0, 0),
+               std::min(bs, max_ctx - (b + 1) * bs) * dim);
     }
-
-    switch (bs / 8) {
-      case 1: ScoresAllRows<1>(qs, dim, rows, kp, bs, dim, s, bs); break;
-      case 2: ScoresAllRows<2>(qs, dim, rows, kp, bs, dim, s, bs); break;
-      default: ScoresAllRows<4>(qs, dim, rows, kp, bs, dim, s, bs); break;
+    // F16 blocks are widened while loading; when several row groups read the block (prefill
+    // runs), widening it once into a float copy is cheaper.
+    bool widened = false;
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      if (rows > 3) {
+        WidenHalf(kp, dim * bs, kbuf);
+        WidenHalf(vp, valid * dim, vbuf);
+        widened = true;
+      }
+    }
+    if (widened) {
+      BlockScores(qs, dim, rows, kbuf, bs, dim, s);
+    } else {
+      BlockScores(qs, dim, rows, kp, bs, dim, s);
     }
 
     for (int64_t r = 0; r < rows; ++r) {
@@ -299,9 +341,19 @@ AICLOUD_AVX2 void AttendAvx2(const Job& job, const Run& run, int64_t kv_head) {
       l[r] += avx2::HorizontalSum(vsum);
     }
 
-    AccumulateValues(s, bs, rows, vp, valid, dim, acc, dim);
+    if (widened) {
+      AccumulateValues(s, bs, rows, static_cast<const float*>(vbuf), valid, dim, acc, dim);
+    } else {
+      AccumulateValues(s, bs, rows, vp, valid, dim, acc, dim);
+    }
   }
 
+  if (partial != nullptr) {  // one of several parts of the context: keep m, l, acc for Merge
+    std::copy(acc, acc + rows * dim, partial);
+    std::copy(m, m + rows, partial + kMaxRows * dim);
+    std::copy(l, l + rows, partial + kMaxRows * dim + kMaxRows);
+    return;
+  }
   for (int64_t i = 0; i < run.count; ++i) {
     const int64_t t = run.first + i;
     for (int64_t j = 0; j < g; ++j) {
@@ -313,6 +365,14 @@ AICLOUD_AVX2 void AttendAvx2(const Job& job, const Run& run, int64_t kv_head) {
       }
     }
   }
+}
+
+void AttendAvx2(const Job& job, const Run& run, int64_t kv_head, int64_t part, int64_t parts,
+                float* partial) {
+  if (job.kv->type == DType::kF16) {
+    return AttendAvx2Impl<uint16_t>(job, run, kv_head, part, parts, partial);
+  }
+  AttendAvx2Impl<float>(job, run, kv_head, part, parts, partial);
 }
 
 AICLOUD_AVX2 void StoreKvAvx2Row(const KvCacheView& kv, int64_t block, int64_t slot,
@@ -339,6 +399,36 @@ AICLOUD_AVX2 void StoreKvAvx2Row(const KvCacheView& kv, int64_t block, int64_t s
 }
 
 #endif  // AICLOUD_KERNELS_HAVE_AVX2
+
+// Floats one context part of a work item leaves for Merge: acc [kMaxRows][dim], m, l.
+int64_t PartialFloats(int64_t dim) { return kMaxRows * (dim + 2); }
+
+// Combines the parts of one work item: with M = max m_p, the softmax sums and accumulators of
+// the parts scale by e^(m_p - M). A part that saw nothing of a row has m_p = -inf, weight 0.
+void Merge(const Job& job, const Run& run, int64_t kv_head, int64_t parts, const float* partials) {
+  const int64_t dim = job.kv->head_dim;
+  const int64_t g = job.group;
+  const int64_t stride = PartialFloats(dim);
+  for (int64_t i = 0; i < run.count; ++i) {
+    for (int64_t j = 0; j < g; ++j) {
+      const int64_t r = i * g + j;
+      float mx = kNegInf;
+      for (int64_t p = 0; p < parts; ++p) mx = std::max(mx, partials[p * stride + kMaxRows * dim + r]);
+      float* o = job.out + (run.first + i) * job.out_stride + (kv_head * g + j) * dim;
+      std::fill(o, o + dim, 0.0f);
+      float l = 0.0f;
+      for (int64_t p = 0; p < parts; ++p) {
+        const float* part = partials + p * stride;
+        const float mp = part[kMaxRows * dim + r];
+        if (mp == kNegInf) continue;
+        const float w = std::exp(mp - mx);
+        l += w * part[kMaxRows * dim + kMaxRows + r];
+        for (int64_t d = 0; d < dim; ++d) o[d] += w * part[r * dim + d];
+      }
+      for (int64_t d = 0; d < dim; ++d) o[d] /= l;
+    }
+  }
+}
 
 bool Avx2Shape(const KvCacheView& kv, int64_t group) {
   return kv.head_dim % 8 == 0 && kv.head_dim <= kMaxHeadDim && kv.block_size % 8 == 0 &&
@@ -448,19 +538,57 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t q_stride,
   const bool avx2 = ActiveIsa() == Isa::kAvx2 && Avx2Shape(kv, group);
   const int64_t items = static_cast<int64_t>(runs.size()) * kv.kv_heads;
   const std::vector<Run>& run_list = runs;  // the workers read the caller's runs
-  pool.ParallelFor(items, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const Run& run = run_list[static_cast<size_t>(i / kv.kv_heads)];
-      const int64_t kv_head = i % kv.kv_heads;
+
+  // Few, long items (one sequence decoding: kv_heads items for `threads` threads) leave
+  // threads idle: then each item's context is cut into parts of at least kMinPartBlocks blocks,
+  // run in parallel and merged.
+  int64_t parts = 1;
+  if (avx2 && items < 2 * pool.num_threads()) {
+    int64_t min_blocks = std::numeric_limits<int64_t>::max();
+    for (const Run& r : runs) {
+      const int64_t ctx = tokens[static_cast<size_t>(r.first + r.count - 1)].context_len;
+      min_blocks = std::min(min_blocks, (ctx + kv.block_size - 1) / kv.block_size);
+    }
+    const int64_t wanted = (4 * pool.num_threads() + items - 1) / items;
+    parts = std::clamp<int64_t>(min_blocks / kMinPartBlocks, 1, wanted);
+  }
+
+  if (parts == 1) {
+    pool.ParallelFor(items, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const Run& run = run_list[static_cast<size_t>(i / kv.kv_heads)];
+        const int64_t kv_head = i % kv.kv_heads;
 #ifdef AICLOUD_KERNELS_HAVE_AVX2
-      if (avx2) {
-        AttendAvx2(job, run, kv_head);
-        continue;
-      }
+        if (avx2) {
+          AttendAvx2(job, run, kv_head, 0, 1, nullptr);
+          continue;
+        }
 #endif
-      AttendScalar(job, run, kv_head);
+        AttendScalar(job, run, kv_head);
+      }
+    });
+    return;
+  }
+
+#ifdef AICLOUD_KERNELS_HAVE_AVX2
+  thread_local std::vector<float> partial_buf;
+  const int64_t stride = PartialFloats(kv.head_dim);
+  if (partial_buf.size() < static_cast<size_t>(items * parts * stride)) {
+    partial_buf.resize(static_cast<size_t>(items * parts * stride));
+  }
+  float* partials = partial_buf.data();
+  pool.ParallelFor(items * parts, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t item = i / parts;
+      AttendAvx2(job, run_list[static_cast<size_t>(item / kv.kv_heads)], item % kv.kv_heads,
+                 i % parts, parts, partials + i * stride);
     }
   });
+  for (int64_t item = 0; item < items; ++item) {
+    Merge(job, run_list[static_cast<size_t>(item / kv.kv_heads)], item % kv.kv_heads, parts,
+          partials + item * parts * stride);
+  }
+#endif
 }
 
 void PagedAttentionReference(const float* q, int64_t q_stride,
