@@ -83,6 +83,8 @@ void BpeModel::MergeTable::Grow() {
 
 BpeModel::BpeModel() : cache_owner_(NextCacheOwner()) { std::fill(std::begin(byte_token_), std::end(byte_token_), -1); }
 
+void BpeModel::Changed() { cache_owner_ = NextCacheOwner(); }
+
 void BpeModel::Reserve(size_t count) {
   if (count > bytes_.size()) bytes_.resize(count);
   index_.Reserve(count);
@@ -94,11 +96,13 @@ bool BpeModel::AddToken(std::string_view bytes, int32_t id) {
   bytes_[id].assign(bytes);
   index_.Insert(bytes_, id);
   if (bytes.size() == 1) byte_token_[static_cast<unsigned char>(bytes[0])] = id;
+  Changed();
   return true;
 }
 
 void BpeModel::AddMerge(int32_t left, int32_t right, int32_t result) {
   merges_.Insert(left, right, {next_rank_++, result});
+  Changed();
 }
 
 std::optional<int32_t> BpeModel::FindBytes(std::string_view bytes) const {

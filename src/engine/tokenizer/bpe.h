@@ -46,12 +46,16 @@ class BpeModel {
   // Adds the next merge: (left, right) -> result, with rank = number of merges added before.
   // A pair added twice keeps the later rank, as Hugging Face's loader does.
   void AddMerge(int32_t left, int32_t right, int32_t result);
-  void set_ignore_merges(bool v) { ignore_merges_ = v; }
+  void set_ignore_merges(bool v) {
+    ignore_merges_ = v;
+    Changed();
+  }
   // Bytes with no single-byte token are replaced by `unk` (merged into one when `fuse_unk`)
   // or, when unk is unset, dropped — Hugging Face's behaviour without an unk_token.
   void set_unk(std::optional<int32_t> unk, bool fuse_unk) {
     unk_ = unk;
     fuse_unk_ = fuse_unk;
+    Changed();
   }
 
   // --- Queries. ---
@@ -98,13 +102,15 @@ class BpeModel {
     size_t size_ = 0;
   };
   void Encode(std::string_view word, uint64_t hash, std::vector<int32_t>* out) const;
+  // Gives the model a new cache tag, so words cached before a change are not reused.
+  void Changed();
 
   // Merge loops for short words (pair ranks in an array, linear scan for the minimum) and for
   // long ones (linked symbols and a heap), with identical results.
   void MergeSmall(std::vector<int32_t>* symbols) const;
   void MergeLarge(std::vector<int32_t>* symbols) const;
 
-  const uint32_t cache_owner_;      // unique per model: tags its entries in the word cache
+  uint32_t cache_owner_;  // unique per model and version: tags its entries in the word cache
   std::vector<std::string> bytes_;  // by id; empty for ids with no token
   TokenIndex index_;                // bytes -> id
   int32_t byte_token_[256];

@@ -25,15 +25,17 @@ class TokenizerLoader {
     }
     TokenizerLoader loader;
     loader.t_->origin_ = std::string(origin);
-    Status s = loader.LoadAll(*root, config);
+    Status s = loader.LoadAll(*root);
     if (!s.ok()) return WithOrigin(s, origin);
+    // These messages name the config file and the tokenizer file themselves.
+    AICLOUD_RETURN_IF_ERROR(loader.ResolveSpecialTokens(config));
     return std::move(loader.t_);
   }
 
  private:
   TokenizerLoader() : t_(new Tokenizer()) {}
 
-  Status LoadAll(const json& root, const TokenizerConfig* config) {
+  Status LoadAll(const json& root) {
     StatusOr<const json*> model = RequiredMember(root, "model", "");
     if (!model.ok()) return model.status();
     AICLOUD_RETURN_IF_ERROR(LoadModel(**model));
@@ -55,7 +57,7 @@ class TokenizerLoader {
     AICLOUD_RETURN_IF_ERROR(
         LoadPostProcessor(Member(root, "post_processor"), "post_processor", &t_->prefix_,
                           &t_->suffix_));
-    return ResolveSpecialTokens(config);
+    return OkStatus();
   }
 
   static const json& Member(const json& object, std::string_view key) {
