@@ -79,8 +79,13 @@ size_t TopPCut(std::vector<int32_t>& ids, std::vector<float>& w, double target, 
 // ---- SequenceSampling ----------------------------------------------------------------------
 
 SequenceSampling::SequenceSampling(SamplingParams params, uint64_t seed,
-                                   std::span<const int32_t> prompt)
+                                   std::span<const int32_t> prompt,
+                                   std::span<const int32_t> eos_token_ids)
     : params_(std::move(params)), seed_(seed) {
+  if (params_.min_tokens > 0) {
+    masked_ = params_.stop_token_ids;
+    if (!params_.ignore_eos) masked_.insert(masked_.end(), eos_token_ids.begin(), eos_token_ids.end());
+  }
   if (params_.repetition_penalty != 1.0f) {
     prompt_set_.assign(prompt.begin(), prompt.end());
     std::sort(prompt_set_.begin(), prompt_set_.end());
@@ -133,8 +138,11 @@ Status Sampler::Prepare(const SequenceSampling& seq, std::span<const float> logi
   const size_t vocab = logits.size();
   if (vocab == 0) return InvalidArgumentError("sampling: empty logits");
   std::span<const float> x = logits;
-  if (p.HasPenalties()) {
+  if (p.HasPenalties() || seq.MasksNow()) {
     work_.assign(logits.begin(), logits.end());
+    for (int32_t t : seq.min_tokens_masked()) {
+      if (seq.MasksNow() && t >= 0 && static_cast<size_t>(t) < vocab) work_[static_cast<size_t>(t)] = kNegInf;
+    }
     ApplyPenalties(seq, work_);
     x = work_;
   }

@@ -6,6 +6,7 @@
 //   seq.Append(r->token);
 //
 // The order of operations is vLLM's:
+//   0. min_tokens: until that many tokens exist, EOS and stop tokens get logit -inf;
 //   1. penalties (SamplingParams): repetition over prompt + output, then frequency and presence
 //      over output; only the seen tokens are touched, never the whole vocabulary;
 //   2. temperature 0: the argmax (lowest id among ties), done;
@@ -49,8 +50,12 @@ namespace aicloud::engine {
 class SequenceSampling {
  public:
   // `prompt` is only read here (kept as a set when the repetition penalty needs it).
+  // `eos_token_ids` are the model's end tokens: with params.min_tokens > 0 they, and
+  // params.stop_token_ids, are masked out until min_tokens tokens are generated (unless
+  // ignore_eos, which leaves EOS alone).
   // REQUIRES: Validate(params).ok().
-  SequenceSampling(SamplingParams params, uint64_t seed, std::span<const int32_t> prompt);
+  SequenceSampling(SamplingParams params, uint64_t seed, std::span<const int32_t> prompt,
+                   std::span<const int32_t> eos_token_ids = {});
 
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }
@@ -65,6 +70,11 @@ class SequenceSampling {
   // Distinct prompt tokens, sorted (kept only when the repetition penalty is on).
   std::span<const int32_t> prompt_set() const { return prompt_set_; }
   const std::unordered_map<int32_t, int32_t>& output_counts() const { return output_counts_; }
+  // Tokens masked out while num_generated() < params().min_tokens.
+  std::span<const int32_t> min_tokens_masked() const { return masked_; }
+  bool MasksNow() const {
+    return !masked_.empty() && num_generated_ < params_.min_tokens;
+  }
 
  private:
   SamplingParams params_;
@@ -72,6 +82,7 @@ class SequenceSampling {
   int64_t num_generated_ = 0;
   std::vector<int32_t> prompt_set_;
   std::unordered_map<int32_t, int32_t> output_counts_;
+  std::vector<int32_t> masked_;
 };
 
 struct TokenLogprob {

@@ -413,6 +413,27 @@ TEST(SamplerTest, PenaltiesSteerGreedy) {
   EXPECT_EQ(s.Sample(plain, std::vector<float>{3.0f, 2.5f})->token, 0);
 }
 
+TEST(SamplerTest, MinTokensMasksEosAndStopTokens) {
+  SamplingParams p = Params(0);
+  p.min_tokens = 2;
+  p.stop_token_ids = {1};
+  const std::vector<int32_t> eos = {0};
+  const std::vector<float> l = {5.0f, 4.0f, 3.0f};
+  Sampler s;
+  SequenceSampling seq(p, 0, {}, eos);
+  EXPECT_EQ(s.Sample(seq, l)->token, 2);  // 0 (EOS) and 1 (stop) masked
+  seq.Append(2);
+  EXPECT_EQ(s.Sample(seq, l)->token, 2);
+  seq.Append(2);
+  EXPECT_EQ(s.Sample(seq, l)->token, 0);  // min_tokens reached
+  p.ignore_eos = true;
+  SequenceSampling ign(p, 0, {}, eos);
+  EXPECT_EQ(s.Sample(ign, l)->token, 0);  // EOS is not special for this request; 1 still is
+  p.min_tokens = 0;
+  SequenceSampling none(p, 0, {}, eos);
+  EXPECT_EQ(s.Sample(none, l)->token, 0);
+}
+
 // ---- Logprobs and errors ---------------------------------------------------------------------
 
 TEST(SamplerTest, LogprobsAreTheModelsDistribution) {
