@@ -18,6 +18,8 @@ void AddServer(CLI::App& app, int* exit_code);
 void AddClient(CLI::App& app, int* exit_code);
 // Writes the CLI's saved credentials ($AICLOUD_CONFIG, default ~/.aicloud/config.json, mode 600).
 Status SaveClientConfig(const nlohmann::json& config);
+// `model init` (random-weight checkpoints) and `model inspect`.
+void AddModel(CLI::App& app, int* exit_code);
 // `simulate events`, registered on the `simulate` subcommand by AddSimulate.
 void AddSimulateEvents(CLI::App& simulate, int* exit_code);
 

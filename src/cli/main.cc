@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   aicloud::cli::AddInventory(app, &exit_code);
   aicloud::cli::AddServer(app, &exit_code);
   aicloud::cli::AddClient(app, &exit_code);
+  aicloud::cli::AddModel(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

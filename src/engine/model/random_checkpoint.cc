@@ -279,7 +279,7 @@ StatusOr<ModelConfig> InitRandomCheckpoint(const std::filesystem::path& dir, con
     if (name == "config.json" || IsModelFile(name)) old.push_back(entry.path());
   }
   if (!old.empty() && !o.overwrite) {
-    return AlreadyExistsError(fmt::format("{}: already holds a checkpoint ({}); overwrite it explicitly",
+    return AlreadyExistsError(fmt::format("{}: already holds a checkpoint ({})",
                                           dir.string(), old.front().filename().string()));
   }
   for (const auto& p : old) std::filesystem::remove(p, ec);

@@ -45,8 +45,8 @@ struct InitCheckpointOptions {
 };
 
 // Writes the checkpoint into `dir` (created if needed) and returns the config written.
-// INVALID_ARGUMENT for a bad config or option, ALREADY_EXISTS when `dir` holds a checkpoint and
-// !overwrite, the I/O or tokenizer error otherwise. config.json is written last, so an
+// INVALID_ARGUMENT for a bad config or option, ALREADY_EXISTS when `dir` holds a checkpoint
+// (config.json or model weights) and !overwrite, the I/O or tokenizer error otherwise. config.json is written last, so an
 // interrupted run leaves a directory Checkpoint::Open refuses rather than half a model.
 StatusOr<ModelConfig> InitRandomCheckpoint(const std::filesystem::path& dir, const InitCheckpointOptions& options);
 

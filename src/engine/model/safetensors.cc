@@ -288,6 +288,7 @@ Status SafetensorsFile::Parse() {
 }
 
 void ConvertToFloat(const TensorView& view, size_t first, std::span<float> out) {
+  if (out.empty()) return;  // an empty vector's data() may be null, which memcpy must not see
   const auto* src = static_cast<const std::byte*>(view.data) + first * DTypeSize(view.dtype);
   switch (view.dtype) {
     case DType::kF32:
