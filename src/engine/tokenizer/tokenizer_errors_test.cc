@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <random>
 
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -228,6 +229,70 @@ TEST(TokenizerErrors, ConfigTokensAsObjectsAndNull) {
   EXPECT_EQ(config->add_eos_token, false);
   EXPECT_FALSE(config->add_bos_token.has_value());
   EXPECT_EQ(config->chat_template, "t1");
+}
+
+// Every JSON pointer of a document (the vocabulary sampled, it is large).
+void Pointers(const json& j, const json::json_pointer& at, std::vector<json::json_pointer>* out) {
+  out->push_back(at);
+  if (j.is_object()) {
+    int k = 0;
+    for (const auto& [key, value] : j.items()) {
+      if (at.to_string() == "/model/vocab" && k++ % 37 != 0) continue;
+      Pointers(value, at / key, out);
+    }
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) Pointers(j[i], at / i, out);
+  }
+}
+
+// Random structural damage to a valid file: every result is a Status or a working tokenizer,
+// never a crash (run under AICLOUD_SANITIZE=ON to check memory safety as well).
+TEST(TokenizerErrors, RandomMutationsNeverCrash) {
+  json base = TinyTokenizer();
+  base["normalizer"] = {{"type", "NFC"}};
+  base["pre_tokenizer"] = json::parse(R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}| ?\\p{L}+|\\s+(?!\\S)|\\s+|."},
+       "behavior": "MergedWithNext", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": true, "use_regex": true}]})");
+  base["post_processor"] = json::parse(R"({"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [265], "tokens": ["<s>"]}}})");
+  std::vector<json::json_pointer> pointers;
+  Pointers(base, json::json_pointer(), &pointers);
+  const json values[] = {nullptr, -1, 3, 1e30, 70000, "", "x", "Isolated", "(", true,
+                         json::array(), json::object(), json::array({"a", "b"}),
+                         json::parse(R"({"type": "ByteLevel"})"),
+                         json::parse(R"({"Regex": "[\\s"})")};
+  std::mt19937 rng(42);
+  int loaded = 0;
+  for (int i = 0; i < 1500; ++i) {
+    json j = base;
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
+      const json::json_pointer& at = pointers[rng() % pointers.size()];
+      if (at.empty() || !j.contains(at)) continue;
+      if (rng() % 4 == 0) {
+        json& parent = j[at.parent_pointer()];
+        if (parent.is_object()) {
+          parent.erase(at.back());
+        } else if (parent.is_array()) {
+          parent.erase(std::stoul(at.back()));
+        }
+      } else {
+        j[at] = values[rng() % std::size(values)];
+      }
+    }
+    std::string text = j.dump();
+    if (rng() % 5 == 0 && !text.empty()) text[rng() % text.size()] = static_cast<char>(rng());
+    StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromJson(text, "mutated.json");
+    if (!tok.ok()) {
+      EXPECT_EQ(tok.status().message().rfind("mutated.json: ", 0), 0u) << tok.status();
+      continue;
+    }
+    ++loaded;
+    const std::vector<int32_t> ids = (*tok)->Encode("<s>hello wÃ¶rld 123ÿ Ì", true);
+    (*tok)->Decode(ids, true);
+  }
+  EXPECT_GT(loaded, 100);  // some mutations are harmless
 }
 
 }  // namespace
