@@ -16,7 +16,9 @@
 // however long the context. Grouped-query attention: query head h reads KV head
 // h / (heads / kv_heads). Work is split over (runs of up to 4 consecutive tokens of the same
 // sequence) x (KV head), so the query heads sharing a KV head, and the tokens of a prefill
-// chunk, read each K/V block once.
+// chunk, read each K/V block once. When that gives fewer items than twice the pool's threads
+// (one sequence decoding has only kv_heads items), each item's context is also cut into parts
+// of at least 8 blocks that run in parallel and are merged by their softmax statistics.
 //
 //   KvCacheView kv{DType::kF16, num_blocks, 16, /*kv_heads=*/3, /*head_dim=*/64, k_pool, v_pool};
 //   StoreKv(kv, slots, k_new, k_stride, v_new, v_stride, tokens);   // this step's K/V first

@@ -7,7 +7,7 @@
 //                  ConcatRows (fuse q/k/v or gate/up), DequantizeRow, bulk dtype conversion.
 //   matmul.h       MatMul(pool, x[m][k], W[n][k], y[m][n]) = x W^T, GEMV for m == 1 and a
 //                  blocked GEMM for m > 1; MatMulReference.
-//   ops.h          RmsNorm, RopeInvFreq / Rope (HF rotate_half), SiluMul / SiluMulRows,
+//   ops.h          RmsNorm, RopeInvFreq / RopeTable / Rope (HF rotate_half), SiluMul / SiluMulRows,
 //                  Softmax, Add, EmbeddingLookup, Argmax.
 //   attention.h    KvCacheView (paged K/V layout), StoreKv, PagedAttention (online softmax,
 //                  GQA, causal via per-token context length), ValidateAttention, reference.
@@ -30,8 +30,8 @@
 //
 //   RmsNorm(x, m, 576, attn_norm, 1e-5f, h);
 //   MatMul(pool, h, m, wqkv.view(), qkv);                     // [m][576 + 192 + 192]
-//   Rope(qkv, m, 9, 64, 960, positions, inv_freq);            // q heads
-//   Rope(qkv + 576, m, 3, 64, 960, positions, inv_freq);      // k heads
+//   Rope(qkv, m, 9, 64, 960, positions, rope);                // q heads (RopeTable rope)
+//   Rope(qkv + 576, m, 3, 64, 960, positions, rope);          // k heads
 //   StoreKv(kv, slots, qkv + 576, 960, qkv + 768, 960, m);
 //   PagedAttention(pool, qkv, 960, tokens, 9, kv, 0.125f, attn, 576);
 //   MatMul(pool, attn, m, wo.view(), h);

@@ -36,6 +36,24 @@ inline float Load1(const std::byte* row, int64_t k) {
   }
 }
 
+// Rows are short (1-2 KiB), so four rows read side by side are four short streams the
+// hardware prefetcher barely ramps up on; measured cold, F16 and Q8 GEMV ran at half the
+// bandwidth F32 (longer rows) got. The four rows of a group are contiguous, so the group after
+// it starts 4 rows ahead: touch the same 16 columns of those rows now, while this group is
+// computed, hiding DRAM latency behind it.
+template <WeightFormat F>
+AICLOUD_AVX2_INLINE void PrefetchNextGroup(const std::byte* r0, size_t ahead, int64_t k) {
+  constexpr size_t kElem = F == WeightFormat::kF32 ? 4 : 2;
+  const size_t row = ahead / 4;
+  const char* p = reinterpret_cast<const char*>(r0) + ahead + static_cast<size_t>(k) * kElem;
+  if (kElem == 4 || (k & 31) == 0) {  // one hint per 64-byte line of each row
+    _mm_prefetch(p, _MM_HINT_T0);
+    _mm_prefetch(p + row, _MM_HINT_T0);
+    _mm_prefetch(p + 2 * row, _MM_HINT_T0);
+    _mm_prefetch(p + 3 * row, _MM_HINT_T0);
+  }
+}
+
 // Four rows against one x: two accumulators per row hide the FMA latency.
 template <WeightFormat F>
 AICLOUD_AVX2 void GemvFloatRows(const float* x, const WeightView& w, int64_t n0, int64_t n1,
@@ -43,6 +61,7 @@ AICLOUD_AVX2 void GemvFloatRows(const float* x, const WeightView& w, int64_t n0,
   const int64_t kk = w.cols;
   const int64_t k16 = kk / 16 * 16;
   const int64_t k8 = kk / 8 * 8;
+  const size_t ahead = 4 * w.row_bytes();  // the next group of four rows
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     const std::byte* r0 = w.row(n);
@@ -53,6 +72,7 @@ AICLOUD_AVX2 void GemvFloatRows(const float* x, const WeightView& w, int64_t n0,
     __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t k = 0;
     for (; k < k16; k += 16) {
+      PrefetchNextGroup<F>(r0, ahead, k);
       const __m256 x0 = _mm256_loadu_ps(x + k);
       const __m256 x1 = _mm256_loadu_ps(x + k + 8);
       a0 = _mm256_fmadd_ps(Load8<F>(r0, k), x0, a0);
@@ -145,6 +165,8 @@ AICLOUD_AVX2 void GemvAvx2(const float* x, const WeightView& w, int64_t n0, int6
 
 AICLOUD_AVX2 void GemvQ8Int8Avx2(const QuantizedRow& x, const WeightView& w, int64_t n0, int64_t n1, float* y) {
   const int64_t nb = x.blocks;
+  const size_t row_bytes = w.row_bytes();
+  const size_t ahead = 4 * row_bytes;
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     const auto* w0 = reinterpret_cast<const BlockQ8*>(w.row(n));
@@ -153,6 +175,13 @@ AICLOUD_AVX2 void GemvQ8Int8Avx2(const QuantizedRow& x, const WeightView& w, int
     const auto* w3 = reinterpret_cast<const BlockQ8*>(w.row(n + 3));
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t b = 0; b < nb; ++b) {
+      if ((b & 1) == 0) {  // see PrefetchNextGroup: 68 bytes per two blocks of each row
+        const char* p = reinterpret_cast<const char*>(w0 + b) + ahead;
+        _mm_prefetch(p, _MM_HINT_T0);
+        _mm_prefetch(p + row_bytes, _MM_HINT_T0);
+        _mm_prefetch(p + 2 * row_bytes, _MM_HINT_T0);
+        _mm_prefetch(p + 3 * row_bytes, _MM_HINT_T0);
+      }
       const __m256i sx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
       const __m256i ax = _mm256_sign_epi8(sx, sx);
       const float dx = x.d[b];

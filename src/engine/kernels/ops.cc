@@ -105,6 +105,26 @@ AICLOUD_AVX2 void AddAvx2(const float* a, const float* b, float* out, int64_t n)
   for (; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+AICLOUD_AVX2 void RotateRowAvx2(float* row, int64_t heads, int64_t head_dim, int64_t half,
+                                const float* cs, const float* sn) {
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = row + h * head_dim;
+    int64_t i = 0;
+    for (; i + 8 <= half; i += 8) {
+      const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + i + half);
+      const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+      // Same roundings as the scalar a * c - b * s: the products are rounded, then subtracted.
+      _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+      _mm256_storeu_ps(v + i + half, _mm256_add_ps(_mm256_mul_ps(b, c), _mm256_mul_ps(a, s)));
+    }
+    for (; i < half; ++i) {
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cs[i] - b * sn[i];
+      v[i + half] = b * cs[i] + a * sn[i];
+    }
+  }
+}
+
 // The largest non-NaN value of x (-inf if none), 8 lanes at a time. max_ps returns its second
 // operand when either is NaN, so NaNs in x never replace the running maximum.
 AICLOUD_AVX2 float MaxIgnoringNaNAvx2(const float* x, int64_t n) {
@@ -154,37 +174,59 @@ std::vector<float> RopeInvFreq(int64_t rotary_dim, double theta) {
   return inv;
 }
 
-void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-          const int32_t* positions, std::span<const float> inv_freq) {
-  const auto half = static_cast<int64_t>(inv_freq.size());
-  // cos/sin once per token, shared by its heads; rotary_dim / 2 is at most a few hundred.
-  constexpr int64_t kStack = 256;
-  float cos_buf[kStack], sin_buf[kStack];
-  std::vector<float> heap;
-  float* cs = cos_buf;
-  float* sn = sin_buf;
-  if (half > kStack) {
-    heap.resize(static_cast<size_t>(2 * half));
-    cs = heap.data();
-    sn = heap.data() + half;
+namespace {
+
+void CosSin(std::span<const float> inv_freq, int64_t pos, float* cs, float* sn) {
+  const auto p = static_cast<float>(pos);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    // The angle is rounded to float first, as HF's float32 `position * inv_freq` is.
+    const double angle = static_cast<double>(p * inv_freq[i]);
+    cs[i] = static_cast<float>(std::cos(angle));
+    sn[i] = static_cast<float>(std::sin(angle));
   }
-  (void)head_dim;
-  for (int64_t t = 0; t < tokens; ++t) {
-    const auto pos = static_cast<float>(positions[t]);
+}
+
+// Rotates the heads of one row by the given cos/sin.
+void RotateRow(float* row, int64_t heads, int64_t head_dim, int64_t half, const float* cs,
+               const float* sn) {
+#ifdef AICLOUD_KERNELS_HAVE_AVX2
+  if (ActiveIsa() == Isa::kAvx2) return RotateRowAvx2(row, heads, head_dim, half, cs, sn);
+#endif
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = row + h * head_dim;
     for (int64_t i = 0; i < half; ++i) {
-      // The angle is rounded to float first, as HF's float32 `position * inv_freq` is.
-      const double angle = static_cast<double>(pos * inv_freq[static_cast<size_t>(i)]);
-      cs[i] = static_cast<float>(std::cos(angle));
-      sn[i] = static_cast<float>(std::sin(angle));
+      const float a = v[i], b = v[i + half];
+      v[i] = a * cs[i] - b * sn[i];
+      v[i + half] = b * cs[i] + a * sn[i];
     }
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + t * row_stride + h * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
-        v[i] = a * cs[i] - b * sn[i];
-        v[i + half] = b * cs[i] + a * sn[i];
-      }
+  }
+}
+
+}  // namespace
+
+RopeTable::RopeTable(std::span<const float> inv_freq, int64_t max_positions)
+    : half_(static_cast<int64_t>(inv_freq.size())),
+      max_positions_(std::max<int64_t>(0, max_positions)),
+      inv_freq_(inv_freq.begin(), inv_freq.end()),
+      cos_sin_(static_cast<size_t>(max_positions_ * 2 * half_)) {
+  for (int64_t p = 0; p < max_positions_; ++p) {
+    CosSin(inv_freq_, p, cos_sin_.data() + p * 2 * half_, cos_sin_.data() + p * 2 * half_ + half_);
+  }
+}
+
+void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
+          const int32_t* positions, const RopeTable& table) {
+  const int64_t half = table.half();
+  std::vector<float> scratch;  // only for positions past the table
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t pos = positions[t];
+    if (pos < table.max_positions()) {
+      RotateRow(x + t * row_stride, heads, head_dim, half, table.cos(pos), table.sin(pos));
+      continue;
     }
+    scratch.resize(static_cast<size_t>(2 * half));
+    CosSin(table.inv_freq(), pos, scratch.data(), scratch.data() + half);
+    RotateRow(x + t * row_stride, heads, head_dim, half, scratch.data(), scratch.data() + half);
   }
 }
 

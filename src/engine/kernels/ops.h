@@ -40,17 +40,40 @@ void RmsNorm(const float* x, int64_t rows, int64_t dim, const VectorView& weight
 // Hugging Face does (default rope_type; scaled variants such as Llama 3's build their own table).
 std::vector<float> RopeInvFreq(int64_t rotary_dim, double theta);
 
+// cos and sin of position * inv_freq[i] for positions [0, max_positions), computed once (at
+// model load) so Rope does no trigonometry per token; the angle is rounded to float before
+// cos/sin as HF's float32 `position * inv_freq` is. Immutable after construction, so one table
+// is shared by all threads and layers.
+class RopeTable {
+ public:
+  RopeTable(std::span<const float> inv_freq, int64_t max_positions);
+
+  int64_t half() const { return half_; }
+  int64_t max_positions() const { return max_positions_; }
+  std::span<const float> inv_freq() const { return inv_freq_; }
+  // half() values each. REQUIRES: 0 <= pos < max_positions().
+  const float* cos(int64_t pos) const { return cos_sin_.data() + pos * 2 * half_; }
+  const float* sin(int64_t pos) const { return cos_sin_.data() + pos * 2 * half_ + half_; }
+
+ private:
+  int64_t half_;
+  int64_t max_positions_;
+  std::vector<float> inv_freq_;
+  std::vector<float> cos_sin_;  // per position: half cos, then half sin
+};
+
 // Applies rotary position embeddings in place to `tokens` rows of `heads` heads of `head_dim`
 // floats; row t starts at x + t * row_stride, head h at + h * head_dim (so q or k can be read
-// straight out of a fused qkv output). With half = inv_freq.size() (rotary_dim / 2), every pair
+// straight out of a fused qkv output). With half = table.half() (rotary_dim / 2), every pair
 // (i, i + half), i < half, of each head rotates by angle positions[t] * inv_freq[i]:
 //   x'[i]        = x[i] * cos - x[i + half] * sin
 //   x'[i + half] = x[i + half] * cos + x[i] * sin
 // which is HF's `q * cos + rotate_half(q) * sin`; dims at and past 2 * half are left alone
 // (partial rotary). This is NOT the interleaved (2i, 2i + 1) GPT-J/GGUF convention.
-// REQUIRES: 2 * inv_freq.size() <= head_dim; row_stride >= heads * head_dim.
+// Positions past the table are computed on the fly (slower, same result).
+// REQUIRES: 2 * table.half() <= head_dim; row_stride >= heads * head_dim; positions >= 0.
 void Rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride,
-          const int32_t* positions, std::span<const float> inv_freq);
+          const int32_t* positions, const RopeTable& table);
 
 // SwiGLU: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g). out may be gate or up.
 void SiluMul(const float* gate, const float* up, float* out, int64_t n);

@@ -82,7 +82,7 @@ TEST(Rope, HandComputedRotateHalfCase) {
   std::vector<float> x = {1, 2, 3, 4};
   const int32_t pos = 1;
   const std::vector<float> inv = {1.0f, 0.5f};
-  Rope(x.data(), 1, 1, 4, 4, &pos, inv);
+  Rope(x.data(), 1, 1, 4, 4, &pos, RopeTable(inv, 8));
   EXPECT_NEAR(x[0], -1.9841107f, 1e-6);
   EXPECT_NEAR(x[1], -0.1625370f, 1e-6);
   EXPECT_NEAR(x[2], 2.4623779f, 1e-6);
@@ -94,7 +94,7 @@ TEST(Rope, PositionZeroIsIdentity) {
   const auto before = x;
   const int32_t pos[2] = {0, 0};
   const auto inv = RopeInvFreq(64, 10000.0);
-  Rope(x.data(), 2, 3, 64, 3 * 64, pos, inv);
+  Rope(x.data(), 2, 3, 64, 3 * 64, pos, RopeTable(inv, 1));
   EXPECT_EQ(x, before);
 }
 
@@ -112,22 +112,42 @@ TEST(Rope, MatchesReferenceInsideFusedRows) {
   auto x = RandomVector(kTokens * kStride, 6);
   const auto before = x;
   const int32_t pos[kTokens] = {0, 1, 17, 1000, 8191};
-  Rope(x.data(), kTokens, kHeads, kDim, kStride, pos, inv);
-  for (int64_t t = 0; t < kTokens; ++t) {
-    for (int64_t h = 0; h < kHeads; ++h) {
-      const float* a = &before[t * kStride + h * kDim];
-      const float* b = &x[t * kStride + h * kDim];
-      for (int64_t i = 0; i < kDim / 2; ++i) {
-        const double angle = static_cast<float>(pos[t]) * inv[i];  // float product, like HF
-        const double c = std::cos(angle), s = std::sin(angle);
-        const double r0 = a[i] * c - a[i + 32] * s;
-        const double r1 = a[i + 32] * c + a[i] * s;
-        const double scale = std::fabs(a[i]) + std::fabs(a[i + 32]);
-        ASSERT_NEAR(b[i], r0, 4 * kU * scale);
-        ASSERT_NEAR(b[i + 32], r1, 4 * kU * scale);
+  const RopeTable table(inv, 4096);  // 8191 lies past it: computed on the fly
+  for (Isa isa : TestIsas()) {
+    ScopedIsa scoped(isa);
+    x = before;
+    Rope(x.data(), kTokens, kHeads, kDim, kStride, pos, table);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int64_t h = 0; h < kHeads; ++h) {
+        const float* a = &before[t * kStride + h * kDim];
+        const float* b = &x[t * kStride + h * kDim];
+        for (int64_t i = 0; i < kDim / 2; ++i) {
+          const double angle = static_cast<float>(pos[t]) * inv[i];  // float product, like HF
+          const double c = std::cos(angle), s = std::sin(angle);
+          const double r0 = a[i] * c - a[i + 32] * s;
+          const double r1 = a[i + 32] * c + a[i] * s;
+          const double scale = std::fabs(a[i]) + std::fabs(a[i + 32]);
+          ASSERT_NEAR(b[i], r0, 4 * kU * scale);
+          ASSERT_NEAR(b[i + 32], r1, 4 * kU * scale);
+        }
       }
+      for (int64_t j = kHeads * kDim; j < kStride; ++j) ASSERT_EQ(x[t * kStride + j], before[t * kStride + j]);
     }
-    for (int64_t j = kHeads * kDim; j < kStride; ++j) ASSERT_EQ(x[t * kStride + j], before[t * kStride + j]);
+  }
+}
+
+// A position inside the table and the same position past a smaller table rotate identically.
+TEST(Rope, TableAndOnTheFlyAgree) {
+  const auto inv = RopeInvFreq(64, 10000.0);
+  const RopeTable big(inv, 2048), small(inv, 16);
+  for (Isa isa : TestIsas()) {
+    ScopedIsa scoped(isa);
+    auto a = RandomVector(3 * 64, 11);
+    auto b = a;
+    const int32_t pos[3] = {5, 100, 2047};
+    Rope(a.data(), 3, 1, 64, 64, pos, big);
+    Rope(b.data(), 3, 1, 64, 64, pos, small);
+    EXPECT_EQ(a, b);
   }
 }
 
@@ -136,7 +156,7 @@ TEST(Rope, PartialRotaryLeavesTailDims) {
   auto x = RandomVector(2 * 64, 7);
   const auto before = x;
   const int32_t pos = 3;
-  Rope(x.data(), 1, 2, 64, 128, &pos, inv);
+  Rope(x.data(), 1, 2, 64, 128, &pos, RopeTable(inv, 4));
   for (int h = 0; h < 2; ++h) {
     for (int i = 0; i < 16; ++i) EXPECT_NE(x[h * 64 + i], before[h * 64 + i]);
     for (int i = 16; i < 64; ++i) EXPECT_EQ(x[h * 64 + i], before[h * 64 + i]);
