@@ -1,5 +1,6 @@
 #include "engine/runner/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -183,7 +184,9 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const Checkpoint& ckpt,
     layer.down = std::move(*down);
     m->layers_.push_back(std::move(layer));
   }
-  m->inv_freq_ = RopeInverseFrequencies(c);
+  // Positions past the table (longer contexts than the config states) are computed on the fly.
+  const int64_t table_positions = std::clamp<int64_t>(c.max_position_embeddings, 1, 32768);
+  m->rope_ = std::make_unique<kernels::RopeTable>(RopeInverseFrequencies(c), table_positions);
   return m;
 }
 
@@ -271,10 +274,9 @@ void LlamaModel::Run(kernels::ThreadPool& pool, const ForwardBatch& b, KvCache& 
     kernels::MatMul(pool, h, n, L.qkv.view(), qkv_.data());
     AddBias(qkv_.data(), n, W, L.qkv_bias);
     rows(n, [&](int64_t s, int64_t e) {
-      kernels::Rope(qkv_.data() + s * W, e - s, c.num_attention_heads, c.head_dim, W, positions.data() + s,
-                    inv_freq_);
+      kernels::Rope(qkv_.data() + s * W, e - s, c.num_attention_heads, c.head_dim, W, positions.data() + s, *rope_);
       kernels::Rope(qkv_.data() + s * W + Q, e - s, c.num_key_value_heads, c.head_dim, W, positions.data() + s,
-                    inv_freq_);
+                    *rope_);
     });
     kernels::StoreKv(kv, b.slots.data(), qkv_.data() + Q, W, qkv_.data() + Q + KV, W, n);
     kernels::PagedAttention(pool, qkv_.data(), W, b.attention, c.num_attention_heads, kv, scale, attn_.data(), Q);

@@ -35,6 +35,7 @@
 #include "core/status.h"
 #include "engine/kernels/attention.h"
 #include "engine/kernels/matrix.h"
+#include "engine/kernels/ops.h"
 #include "engine/kernels/thread_pool.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/config.h"
@@ -125,7 +126,7 @@ class LlamaModel {
   kernels::Matrix lm_head_;  // empty when tied: embed_ is the head
   std::vector<float> final_norm_;
   std::vector<Layer> layers_;
-  std::vector<float> inv_freq_;
+  std::unique_ptr<kernels::RopeTable> rope_;  // cos/sin per position, built at load
 
   // Scratch, grown as needed.
   std::vector<float> x_, h_, qkv_, attn_, gu_, act_, final_;
