@@ -79,12 +79,15 @@ namespace aicloud::engine {
 
 struct SchedulerOptions {
   // Tokens per step, prefill and decode together (vLLM: max_num_batched_tokens; 2048 on its
-  // API server). On a 2-core CPU a 135M-parameter model prefills ~500 tokens/s, so a step of
-  // 2048 tokens would take ~4 s and hold every running sequence's next token for that long,
-  // while CPU matmuls already reach full speed at a few dozen rows. 512 keeps a step that
-  // carries a prefill chunk around one second and loses no prefill throughput. Must be
-  // >= max_num_seqs, so that every running sequence can always decode.
-  int32_t max_num_batched_tokens = 512;
+  // API server). Every running sequence waits for the whole step between two of its tokens,
+  // and on a CPU a step costs about its token count (a 135M-parameter model on 2 cores
+  // prefills ~450 tokens/s), so the budget sets the inter-token latency whenever a prefill is
+  // pending. bench/engine_sched_bench.cc on the Azure conv trace (simulated, that model's
+  // costs): budgets 512 / 256 / 128 / 64 give ITL p99 1.24 / 0.66 / 0.35 / 0.19 s and TTFT p99
+  // 33 / 37 / 48 / 55 s at 70% load, with offline throughput within 2% (the fixed per-step
+  // cost is small next to the per-token cost on a CPU). 256 is the middle of that trade.
+  // Must be >= max_num_seqs, so that every running sequence can always decode.
+  int32_t max_num_batched_tokens = 256;
   // Running sequences at most (vLLM: max_num_seqs, 256 on GPUs). Aggregate CPU decode
   // throughput grows to about 32 sequences and flattens after (llama.cpp on this machine:
   // 108 tokens/s at 1, 230 at 32); 64 leaves headroom for sequences still prefilling.

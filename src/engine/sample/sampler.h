@@ -18,10 +18,13 @@
 //   7. one categorical draw over the survivors, renormalised.
 // top_k = 1 is therefore exactly greedy.
 //
-// Cost on a 50k vocabulary: nothing ever sorts the vocabulary. Greedy is one pass (argmax).
-// Sampling without filters is two passes (max, exp) and a walk. top_k is an nth_element;
-// top_p is a quickselect that sums probabilities instead of counting (expected O(survivors)),
-// so a flat distribution costs no more than a peaked one.
+// Cost on a 50k vocabulary: nothing ever sorts the vocabulary. Greedy is a max pass and a find.
+// Sampling without filters is a max pass, one vectorisable exp pass (a portable polynomial exp,
+// ~2e-7 relative error, identical bits on every platform) summed per 256-token block, and a
+// draw that walks one block. top_k is one pass with a bounded heap (nth_element over the
+// values for k > 4096); top_p is a 1,024-bucket histogram of the candidates by logit plus a
+// sort of the one bucket the cut falls in, so a flat distribution costs no more than a peaked
+// one. bench/engine_sched_bench.cc measures each case.
 //
 // Reproducibility: the draw for generated token i uses a generator seeded from (seed, i)
 // alone. Nothing carries over between calls, so a sequence's tokens are the same whether it is
@@ -36,6 +39,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -107,6 +111,11 @@ struct TokenProb {
 
 class Sampler {
  public:
+  Sampler();
+  ~Sampler();
+  Sampler(Sampler&&) noexcept;
+  Sampler& operator=(Sampler&&) noexcept;
+
   // INVALID_ARGUMENT for empty logits, a NaN or +inf logit, or all logits -inf (after
   // penalties).
   StatusOr<SampleResult> Sample(const SequenceSampling& seq, std::span<const float> logits);
@@ -121,18 +130,15 @@ class Sampler {
   static void ApplyPenalties(const SequenceSampling& seq, std::span<float> logits);
 
  private:
-  // Steps 1-6: leaves the survivors in cand_ (or all_ = every id) with their unnormalised
-  // weights in w_ (same order) and their sum in total_. The order of cand_ is deterministic
-  // (a function of the logits and params), not sorted.
+  struct Scratch;  // buffers reused between calls (sampler.cc)
+
+  // Steps 1-6: leaves the survivors and their unnormalised weights in the scratch (in an order
+  // that is a function of the logits and params only, not sorted) and their sum.
   Status Prepare(const SequenceSampling& seq, std::span<const float> logits);
+  Status PrepareTopP(std::span<const float> x, float mx, double x_min, const SamplingParams& p);
   void Logprobs(int32_t n, int32_t token, std::span<const float> logits, SampleResult* out);
 
-  std::vector<float> work_;     // penalised logits
-  std::vector<int32_t> cand_;   // candidate ids
-  std::vector<float> w_;        // weights exp((x - max) / T), same order as cand_ (or by id)
-  std::vector<int32_t> top_;    // logprobs scratch
-  bool all_ = false;
-  double total_ = 0;
+  std::unique_ptr<Scratch> s_;
 };
 
 }  // namespace aicloud::engine

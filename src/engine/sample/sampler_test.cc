@@ -196,6 +196,29 @@ TEST(SamplerTest, FiltersKeepExactlyTheExpectedSets) {
   }
 }
 
+// The sampler's own exp must track the true probabilities closely over the whole range a
+// softmax uses, and give exactly 0 to -inf.
+TEST(SamplerTest, ProbabilitiesAreAccurate) {
+  Sampler s;
+  SequenceSampling seq(Params(1), 0, {});
+  double worst = 0;
+  for (double d = 0; d <= 80; d += 0.037) {
+    const std::vector<float> l = {0.0f, static_cast<float>(-d), -kInf};
+    StatusOr<std::vector<TokenProb>> dist = s.Distribution(seq, l);
+    ASSERT_TRUE(dist.ok());
+    ASSERT_EQ(dist->size(), d > 87 ? 1u : 2u) << d;  // the -inf token is never a candidate
+    const double e = std::exp(-static_cast<double>(static_cast<float>(d)));
+    const double want = e / (1 + e);
+    const double got = (*dist)[1].token == 1 ? (*dist)[1].prob : (*dist)[0].prob;
+    worst = std::max(worst, std::abs(got - want) / want);
+  }
+  EXPECT_LT(worst, 1e-6);
+  // Temperature scales inside the exp: p(1) = e^(-d / T) / (1 + e^(-d / T)).
+  SequenceSampling hot(Params(2.5f), 0, {});
+  StatusOr<std::vector<TokenProb>> d = s.Distribution(hot, std::vector<float>{0.0f, -5.0f});
+  EXPECT_NEAR((*d)[1].prob, std::exp(-2.0) / (1 + std::exp(-2.0)), 1e-7);
+}
+
 TEST(SamplerTest, TopKBreaksTiesTowardsLowerIds) {
   const std::vector<float> logits = {1, 3, 3, 3, 2, 3};
   Sampler s;
@@ -203,7 +226,38 @@ TEST(SamplerTest, TopKBreaksTiesTowardsLowerIds) {
   EXPECT_EQ(TokensOf(*s.Distribution(seq, logits)), (std::set<int32_t>{1, 2}));
 }
 
-// The partial sorts must give what a full sort gives, on a real vocabulary size.
+TEST(SamplerTest, MinPAloneKeepsEverySurvivorOfALargeVocabulary) {
+  Rng rng(21);
+  const std::vector<float> l = RandomLogits(rng, 50257, 6.0);
+  const float mx = *std::max_element(l.begin(), l.end());
+  Sampler s;
+  for (float min_p : {0.001f, 0.01f, 0.2f}) {
+    SequenceSampling seq(Params(0.9f, 0, 1.0f, min_p), 0, {});
+    size_t want = 0;
+    for (float v : l) want += std::exp((static_cast<double>(v) - mx) / 0.9) >= min_p;
+    EXPECT_EQ(s.Distribution(seq, l)->size(), want) << min_p;
+  }
+}
+
+TEST(SamplerTest, TopPCutThroughTiesKeepsTheLowerIds) {
+  // Token 0 leads; tokens 1..30 tie; the cut falls after exactly m of the tied tokens.
+  std::vector<float> l(200, 0.0f);
+  l[0] = 2.0f;
+  for (int i = 1; i <= 30; ++i) l[static_cast<size_t>(i)] = 1.0f;
+  double z = 0;
+  for (float v : l) z += std::exp(static_cast<double>(v));
+  Sampler s;
+  for (int m : {1, 7, 13, 30}) {
+    // Aim between the mass of m - 1 and m tied tokens.
+    const double top_p = (std::exp(2.0) + (m - 0.5) * std::exp(1.0)) / z;
+    SequenceSampling seq(Params(1, 0, static_cast<float>(top_p)), 0, {});
+    std::set<int32_t> want = {0};
+    for (int i = 1; i <= m; ++i) want.insert(i);
+    EXPECT_EQ(TokensOf(*s.Distribution(seq, l)), want) << "m " << m;
+  }
+}
+
+// The selections must give what a full sort gives, on a real vocabulary size.
 TEST(SamplerTest, LargeVocabularyMatchesBruteForce) {
   constexpr size_t kVocab = 50257;
   Rng rng(11);
