@@ -1,0 +1,268 @@
+#include "engine/server/api.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <string>
+
+namespace aicloud::engine {
+namespace {
+
+using nlohmann::json;
+
+int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string RandomId(const char* prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static const char* kHex = "0123456789abcdef";
+  std::string s = prefix;
+  for (int i = 0; i < 24; ++i) s += kHex[rng() & 15];
+  return s;
+}
+
+StatusOr<json> ParseJson(const http::Request& req) {
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return InvalidArgumentError("body: not valid JSON");
+  if (!body.is_object()) return InvalidArgumentError("body: expected a JSON object");
+  return body;
+}
+
+json LogprobsJson(const Engine& e, const std::vector<SampleResult>& samples, bool chat) {
+  if (chat) {
+    json content = json::array();
+    for (const SampleResult& s : samples) {
+      json top = json::array();
+      for (const TokenLogprob& t : s.top_logprobs) {
+        top.push_back({{"token", std::string(e.tokenizer().TokenBytes(t.token))}, {"logprob", t.logprob}});
+      }
+      content.push_back({{"token", std::string(e.tokenizer().TokenBytes(s.token))}, {"logprob", s.logprob},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), lps = json::array(), tops = json::array();
+  for (const SampleResult& s : samples) {
+    tokens.push_back(std::string(e.tokenizer().TokenBytes(s.token)));
+    lps.push_back(s.logprob);
+    json top = json::object();
+    for (const TokenLogprob& t : s.top_logprobs) top[std::string(e.tokenizer().TokenBytes(t.token))] = t.logprob;
+    tops.push_back(top);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
+}
+
+json Usage(const Delta& d) {
+  json u = {{"prompt_tokens", d.prompt_tokens},
+            {"completion_tokens", d.completion_tokens},
+            {"total_tokens", d.prompt_tokens + d.completion_tokens}};
+  if (d.cached_tokens > 0) u["prompt_tokens_details"] = {{"cached_tokens", d.cached_tokens}};
+  return u;
+}
+
+http::Response Generate(Engine* e, http::Request& req, bool chat) {
+  StatusOr<json> body = ParseJson(req);
+  if (!body.ok()) return OpenAiError(body.status());
+  StatusOr<GenerateRequest> g = chat ? ParseChat(*body, e->tokenizer(), e->chat_template(), e->max_model_len())
+                                     : ParseCompletion(*body, e->tokenizer(), e->max_model_len());
+  if (!g.ok()) return OpenAiError(g.status());
+  if (g->model != e->model_name()) {
+    return OpenAiError(NotFoundError("The model `" + g->model + "` does not exist."));
+  }
+  const bool stream = g->stream, include_usage = g->include_usage, want_logprobs = g->sampling.logprobs.has_value();
+  const std::string model = g->model;
+  StatusOr<std::shared_ptr<Stream>> s = e->Submit(std::move(*g));
+  if (!s.ok()) return OpenAiError(s.status());
+  std::shared_ptr<Stream> out = *s;
+  const std::string id = RandomId(chat ? "chatcmpl-" : "cmpl-");
+  const int64_t created = NowSeconds();
+
+  if (!stream) {
+    Delta all, d;
+    for (;;) {
+      if (!out->Next(&d, std::chrono::milliseconds(1000))) continue;
+      all.text += d.text;
+      all.samples.insert(all.samples.end(), d.samples.begin(), d.samples.end());
+      if (!d.error.ok()) return OpenAiError(d.error);
+      if (d.finish_reason) {
+        all.finish_reason = d.finish_reason;
+        all.prompt_tokens = d.prompt_tokens;
+        all.completion_tokens = d.completion_tokens;
+        all.cached_tokens = d.cached_tokens;
+        break;
+      }
+    }
+    json choice = {{"index", 0}, {"finish_reason", *all.finish_reason}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", all.text}};
+      choice["logprobs"] = want_logprobs ? LogprobsJson(*e, all.samples, true) : json(nullptr);
+    } else {
+      choice["text"] = all.text;
+      choice["logprobs"] = want_logprobs ? LogprobsJson(*e, all.samples, false) : json(nullptr);
+    }
+    return http::Response::Json(200, {{"id", id},
+                                      {"object", chat ? "chat.completion" : "text_completion"},
+                                      {"created", created},
+                                      {"model", model},
+                                      {"choices", json::array({choice})},
+                                      {"usage", Usage(all)}});
+  }
+
+  http::Response r;
+  r.content_type = "text/event-stream";
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  r.stream = [e, out, id, created, model, chat, include_usage, want_logprobs](http::StreamWriter& w) {
+    auto send = [&](const json& j) { return w.Write("data: " + j.dump() + "\n\n"); };
+    auto chunk = [&](json choice) {
+      return json{{"id", id},
+                  {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                  {"created", created},
+                  {"model", model},
+                  {"choices", json::array({std::move(choice)})}};
+    };
+    if (chat && !send(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                             {"finish_reason", nullptr}}))) {
+      out->Cancel();
+      return;
+    }
+    Delta d;
+    for (;;) {
+      if (w.closed()) {
+        out->Cancel();
+        return;
+      }
+      if (!out->Next(&d, std::chrono::milliseconds(200))) continue;
+      if (!d.error.ok()) {
+        send({{"error", {{"message", std::string(d.error.message())}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
+        break;
+      }
+      json choice = {{"index", 0}, {"finish_reason", d.finish_reason ? json(*d.finish_reason) : json(nullptr)}};
+      if (chat) {
+        choice["delta"] = d.text.empty() && d.finish_reason ? json::object() : json{{"content", d.text}};
+        choice["logprobs"] = want_logprobs ? LogprobsJson(*e, d.samples, true) : json(nullptr);
+      } else {
+        choice["text"] = d.text;
+        choice["logprobs"] = want_logprobs ? LogprobsJson(*e, d.samples, false) : json(nullptr);
+      }
+      if ((!d.text.empty() || d.finish_reason) && !send(chunk(std::move(choice)))) {
+        out->Cancel();
+        return;
+      }
+      if (d.finish_reason) {
+        if (include_usage) {
+          send({{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+                {"model", model}, {"choices", json::array()}, {"usage", Usage(d)}});
+        }
+        break;
+      }
+    }
+    w.Write("data: [DONE]\n\n");
+  };
+  return r;
+}
+
+http::Response Embeddings(Engine* e, http::Request& req) {
+  StatusOr<json> body = ParseJson(req);
+  if (!body.ok()) return OpenAiError(body.status());
+  const json& b = *body;
+  if (!b.contains("model") || !b["model"].is_string()) return OpenAiError(InvalidArgumentError("model: required, a string"));
+  if (b["model"] != e->model_name()) {
+    return OpenAiError(NotFoundError("The model `" + b["model"].get<std::string>() + "` does not exist."));
+  }
+  if (b.contains("encoding_format") && b["encoding_format"] != "float") {
+    return OpenAiError(InvalidArgumentError("encoding_format: only \"float\" is supported"));
+  }
+  if (!b.contains("input")) return OpenAiError(InvalidArgumentError("input: required"));
+  const json& in = b["input"];
+  std::vector<std::vector<int32_t>> inputs;
+  auto add = [&](const json& x) -> Status {
+    if (x.is_string()) {
+      inputs.push_back(e->tokenizer().Encode(x.get<std::string>(), true));
+      return OkStatus();
+    }
+    if (x.is_array()) {
+      std::vector<int32_t> ids;
+      for (const json& t : x) {
+        if (!t.is_number_integer()) return InvalidArgumentError("input: must be a string, a list of strings, or token ids");
+        ids.push_back(t.get<int32_t>());
+      }
+      inputs.push_back(std::move(ids));
+      return OkStatus();
+    }
+    return InvalidArgumentError("input: must be a string, a list of strings, or token ids");
+  };
+  Status st;
+  if (in.is_array() && !in.empty() && (in[0].is_string() || in[0].is_array())) {
+    if (in.size() > 256) return OpenAiError(InvalidArgumentError("input: at most 256 inputs per request"));
+    for (const json& x : in) {
+      if (!(st = add(x)).ok()) return OpenAiError(st);
+    }
+  } else if (!(st = add(in)).ok()) {
+    return OpenAiError(st);
+  }
+  StatusOr<std::vector<std::vector<float>>> v = e->Embed(inputs);
+  if (!v.ok()) return OpenAiError(v.status());
+  json data = json::array();
+  int64_t tokens = 0;
+  for (size_t i = 0; i < v->size(); ++i) {
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", (*v)[i]}});
+    tokens += static_cast<int64_t>(inputs[i].size());
+  }
+  return http::Response::Json(200, {{"object", "list"}, {"data", data}, {"model", e->model_name()},
+                                    {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
+}
+
+}  // namespace
+
+void AddEngineRoutes(Engine* e, http::Router* router) {
+  router->Add("GET", "/health", [e](http::Request&) {
+    return e->healthy() ? http::Response::Json(200, json::object())
+                        : OpenAiError(UnavailableError("the engine stopped after an internal error"));
+  });
+  router->Add("GET", "/v1/models", [e](http::Request&) {
+    json m = {{"id", e->model_name()},          {"object", "model"},      {"created", NowSeconds()},
+              {"owned_by", "aicloud"},          {"root", e->options().model_dir}, {"parent", nullptr},
+              {"max_model_len", e->max_model_len()}};
+    return http::Response::Json(200, {{"object", "list"}, {"data", json::array({m})}});
+  });
+  router->Add("POST", "/v1/completions", [e](http::Request& r) { return Generate(e, r, false); });
+  router->Add("POST", "/v1/chat/completions", [e](http::Request& r) { return Generate(e, r, true); });
+  router->Add("POST", "/v1/embeddings", [e](http::Request& r) { return Embeddings(e, r); });
+  router->Add("POST", "/tokenize", [e](http::Request& r) {
+    StatusOr<json> b = ParseJson(r);
+    if (!b.ok()) return OpenAiError(b.status());
+    if (!b->contains("prompt") || !(*b)["prompt"].is_string()) return OpenAiError(InvalidArgumentError("prompt: required, a string"));
+    const bool special = b->value("add_special_tokens", true);
+    std::vector<int32_t> ids = e->tokenizer().Encode((*b)["prompt"].get<std::string>(), special);
+    return http::Response::Json(200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", e->max_model_len()}});
+  });
+  router->Add("POST", "/detokenize", [e](http::Request& r) {
+    StatusOr<json> b = ParseJson(r);
+    if (!b.ok()) return OpenAiError(b.status());
+    std::vector<int32_t> ids;
+    if (!b->contains("tokens") || !(*b)["tokens"].is_array()) return OpenAiError(InvalidArgumentError("tokens: required, a list of token ids"));
+    for (const json& t : (*b)["tokens"]) {
+      if (!t.is_number_integer()) return OpenAiError(InvalidArgumentError("tokens: required, a list of token ids"));
+      ids.push_back(t.get<int32_t>());
+    }
+    return http::Response::Json(200, {{"prompt", e->tokenizer().Decode(ids, false)}});
+  });
+  router->Add("GET", "/metrics", [e](http::Request&) {
+    return http::Response::Text(200, e->metrics().Render(), "text/plain; version=0.0.4");
+  });
+}
+
+StatusOr<std::unique_ptr<EngineServer>> EngineServer::Start(Engine* engine, http::ServerOptions options) {
+  std::unique_ptr<EngineServer> s(new EngineServer());
+  s->router_ = std::make_unique<http::Router>();
+  AddEngineRoutes(engine, s->router_.get());
+  http::Router* router = s->router_.get();
+  StatusOr<std::unique_ptr<http::Server>> server =
+      http::Server::Start(std::move(options), [router](http::Request& r) { return router->Dispatch(r); });
+  if (!server.ok()) return server.status();
+  s->server_ = std::move(*server);
+  return s;
+}
+
+}  // namespace aicloud::engine

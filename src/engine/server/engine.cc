@@ -1,0 +1,400 @@
+#include "engine/server/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "engine/kv/block_manager.h"
+#include "engine/tokenizer/tokenizer_config.h"
+
+namespace aicloud::engine {
+
+namespace fs = std::filesystem;
+
+// --- Stream -----------------------------------------------------------------------------------
+
+void Stream::Push(Delta d) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (d.finish_reason || !d.error.ok()) finished_ = true;
+    queue_.push_back(std::move(d));
+  }
+  cv_.notify_all();
+}
+
+bool Stream::done() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return finished_ && queue_.empty();
+}
+
+void Stream::Cancel() { cancelled_.store(true); }
+
+bool Stream::Next(Delta* d, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (!cv_.wait_for(l, timeout, [&] { return !queue_.empty(); })) return false;
+  *d = std::move(queue_.front());
+  queue_.pop_front();
+  // Merge whatever else is already there (a slow consumer gets fewer, larger pieces).
+  while (!queue_.empty() && !d->finish_reason && d->error.ok()) {
+    Delta& n = queue_.front();
+    d->text += n.text;
+    d->tokens.insert(d->tokens.end(), n.tokens.begin(), n.tokens.end());
+    d->samples.insert(d->samples.end(), n.samples.begin(), n.samples.end());
+    d->finish_reason = n.finish_reason;
+    d->error = n.error;
+    d->prompt_tokens = n.prompt_tokens;
+    d->completion_tokens = n.completion_tokens;
+    d->cached_tokens = n.cached_tokens;
+    queue_.pop_front();
+  }
+  return true;
+}
+
+// --- loading ----------------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
+  std::unique_ptr<Engine> e(new Engine());
+  const fs::path dir = options.model_dir;
+  if (options.served_model_name.empty()) {
+    options.served_model_name = fs::path(options.model_dir).lexically_normal().filename().string();
+    if (options.served_model_name.empty()) options.served_model_name = fs::path(options.model_dir).parent_path().filename().string();
+  }
+  StatusOr<std::unique_ptr<Checkpoint>> ck = Checkpoint::Open(dir);
+  if (!ck.ok()) return ck.status();
+  e->checkpoint_ = std::move(*ck);
+  StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Load(*e->checkpoint_, {.weights = options.weights});
+  if (!model.ok()) return model.status();
+  e->model_ = std::move(*model);
+  const ModelConfig& c = e->model_->config();
+
+  const fs::path tok_json = dir / "tokenizer.json";
+  const fs::path tok_cfg = dir / "tokenizer_config.json";
+  StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromFile(tok_json.string());
+  if (fs::exists(tok_cfg)) {
+    StatusOr<TokenizerConfig> tc = TokenizerConfig::FromFile(tok_cfg.string());
+    if (!tc.ok()) return tc.status();
+    tok = Tokenizer::FromFile(tok_json.string(), *tc);
+    StatusOr<ChatTemplate> chat = ChatTemplate::FromConfig(*tc);
+    if (chat.ok()) e->chat_ = std::move(*chat);  // otherwise only /v1/completions works
+  }
+  if (!tok.ok()) return tok.status();
+  e->tokenizer_ = std::move(*tok);
+  if (e->tokenizer_->VocabSize() > c.vocab_size) {
+    return InvalidArgumentError(tok_json.string() + ": the tokenizer has " + std::to_string(e->tokenizer_->VocabSize()) +
+                                " tokens but the model's vocabulary is " + std::to_string(c.vocab_size));
+  }
+
+  const int64_t per_block = KvCache::BytesPerBlock(c, options.block_size, options.kv_dtype);
+  const int64_t budget = static_cast<int64_t>(options.kv_cache_gib * 1024.0 * 1024.0 * 1024.0);
+  e->num_blocks_ = std::min<int64_t>(budget / std::max<int64_t>(per_block, 1), INT32_MAX);
+  if (e->num_blocks_ < 2) {
+    return InvalidArgumentError("--kv-cache-gib " + std::to_string(options.kv_cache_gib) + " holds " +
+                                std::to_string(e->num_blocks_) + " KV blocks of " + std::to_string(per_block) +
+                                " bytes; give it more");
+  }
+  StatusOr<KvCache> cache = KvCache::Create(c, e->num_blocks_, options.block_size, options.kv_dtype);
+  if (!cache.ok()) return cache.status();
+  e->cache_ = std::make_unique<KvCache>(std::move(*cache));
+  e->max_model_len_ = options.max_model_len > 0 ? options.max_model_len : c.max_position_embeddings;
+  if (e->max_model_len_ <= 0) e->max_model_len_ = 2048;
+  e->max_model_len_ = std::min<int64_t>(e->max_model_len_, e->num_blocks_ * options.block_size);
+
+  SchedulerOptions so;
+  so.max_num_batched_tokens = options.max_num_batched_tokens;
+  so.max_num_seqs = options.max_num_seqs;
+  so.max_model_len = static_cast<int32_t>(e->max_model_len_);
+  for (int64_t id : c.eos_token_ids) so.eos_token_ids.push_back(static_cast<int32_t>(id));
+  if (so.eos_token_ids.empty() && e->tokenizer_->eos_id()) so.eos_token_ids.push_back(*e->tokenizer_->eos_id());
+  so.vocab_size = static_cast<int32_t>(c.vocab_size);
+  so.kv.num_blocks = static_cast<int32_t>(e->num_blocks_);
+  so.kv.block_size = options.block_size;
+  so.kv.enable_prefix_caching = options.enable_prefix_caching;
+  StatusOr<std::unique_ptr<Scheduler>> sched = Scheduler::Create(so);
+  if (!sched.ok()) return sched.status();
+  e->scheduler_ = std::move(*sched);
+  e->pool_ = std::make_unique<kernels::ThreadPool>(std::max(1, options.threads));
+  e->options_ = std::move(options);
+
+  // vLLM's metric names, so dashboards and autoscalers built for it work unchanged.
+  Metrics& m = e->metrics_;
+  const std::string name = e->options_.served_model_name;
+  Engine* self = e.get();
+  m.AddGaugeFn("vllm:num_requests_running", "Requests in the running batch.", {"model_name"},
+               [self, name] { return std::vector<std::pair<LabelValues, double>>{{{name}, double(self->running_gauge_.load())}}; });
+  m.AddGaugeFn("vllm:num_requests_waiting", "Requests waiting to be scheduled.", {"model_name"},
+               [self, name] { return std::vector<std::pair<LabelValues, double>>{{{name}, double(self->waiting_gauge_.load())}}; });
+  m.AddGaugeFn("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full).", {"model_name"},
+               [self, name] { return std::vector<std::pair<LabelValues, double>>{{{name}, self->kv_usage_.load()}}; });
+  e->prompt_tokens_total_ = m.AddCounter("vllm:prompt_tokens_total", "Prompt tokens processed.", {"model_name"});
+  e->generation_tokens_total_ = m.AddCounter("vllm:generation_tokens_total", "Tokens generated.", {"model_name"});
+  e->request_success_total_ =
+      m.AddCounter("vllm:request_success_total", "Finished requests by finish reason.", {"model_name", "finished_reason"});
+  e->preemptions_total_ = m.AddCounter("vllm:num_preemptions_total", "Preemptions (KV recomputed).", {"model_name"});
+  const std::vector<double> buckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                       1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
+  e->ttft_ = m.AddHistogram("vllm:time_to_first_token_seconds", "Time to first token.", {"model_name"}, buckets);
+  e->itl_ = m.AddHistogram("vllm:inter_token_latency_seconds", "Time between consecutive tokens.", {"model_name"}, buckets);
+  e->e2e_ = m.AddHistogram("vllm:e2e_request_latency_seconds", "Request latency, arrival to finish.", {"model_name"}, buckets);
+  e->queue_time_ = m.AddHistogram("vllm:request_queue_time_seconds", "Time from arrival to first scheduling.", {"model_name"}, buckets);
+  e->thread_ = std::thread([self] { self->Loop(); });
+  return e;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+// --- requests ---------------------------------------------------------------------------------
+
+StatusOr<std::shared_ptr<Stream>> Engine::Submit(GenerateRequest g) {
+  if (failed_.load()) return UnavailableError("the engine stopped after an internal error");
+  Request r;
+  r.prompt = std::move(g.prompt);
+  r.sampling = g.sampling;
+  Live live;
+  live.stream = std::make_shared<Stream>();
+  live.text = std::make_unique<TextStream>(tokenizer_.get(), std::move(g.stop), g.skip_special_tokens);
+  live.want_logprobs = g.sampling.logprobs.has_value();
+  live.prompt_tokens = static_cast<int32_t>(r.prompt.size());
+  std::shared_ptr<Stream> stream = live.stream;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (waiting_ >= options_.max_waiting) {
+      return ResourceExhaustedError("the engine's queue is full (" + std::to_string(waiting_) +
+                                    " requests waiting); retry later");
+    }
+    r.id = next_id_++;
+    const RequestId id = r.id;
+    Status added = scheduler_->Add(std::move(r));
+    if (!added.ok()) return added;
+    live_.emplace(id, std::move(live));
+    ++waiting_;
+  }
+  return stream;
+}
+
+StatusOr<std::vector<std::vector<float>>> Engine::Embed(const std::vector<std::vector<int32_t>>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) return InvalidArgumentError("input[" + std::to_string(i) + "]: empty");
+    if (static_cast<int64_t>(inputs[i].size()) > max_model_len_) {
+      return InvalidArgumentError("input[" + std::to_string(i) + "]: " + std::to_string(inputs[i].size()) +
+                                  " tokens, more than this model's maximum context length " +
+                                  std::to_string(max_model_len_));
+    }
+    for (int32_t t : inputs[i]) {
+      if (t < 0 || t >= config().vocab_size) return InvalidArgumentError("input[" + std::to_string(i) + "]: token id " + std::to_string(t) + " is outside the vocabulary");
+    }
+  }
+  std::vector<std::vector<float>> out(inputs.size());
+  Status result;
+  bool done = false;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  auto task = [&] {
+    const int64_t H = config().hidden_size;
+    const int64_t bs = options_.block_size;
+    for (size_t i = 0; i < inputs.size() && result.ok(); ++i) {
+      const int64_t n = static_cast<int64_t>(inputs[i].size());
+      StatusOr<KvCache> scratch = KvCache::Create(config(), (n + bs - 1) / bs, bs, DType::kF32);
+      if (!scratch.ok()) {
+        result = scratch.status();
+        break;
+      }
+      std::vector<int32_t> table(static_cast<size_t>((n + bs - 1) / bs));
+      for (size_t b = 0; b < table.size(); ++b) table[b] = static_cast<int32_t>(b);
+      std::vector<int32_t> pos(static_cast<size_t>(n)), rows(static_cast<size_t>(n));
+      std::vector<int64_t> slots(static_cast<size_t>(n));
+      std::vector<kernels::AttentionToken> att(static_cast<size_t>(n));
+      for (int64_t p = 0; p < n; ++p) {
+        pos[p] = static_cast<int32_t>(p);
+        rows[p] = static_cast<int32_t>(p);
+        slots[p] = p;
+        att[p] = {table, static_cast<int32_t>(p + 1)};
+      }
+      std::vector<float> hidden(static_cast<size_t>(n * H));
+      Status s = model_->ForwardHidden(*pool_, {inputs[i], pos, slots, att, rows}, *scratch, hidden.data());
+      if (!s.ok()) {
+        result = s;
+        break;
+      }
+      std::vector<float> mean(static_cast<size_t>(H), 0.0f);
+      for (int64_t p = 0; p < n; ++p) {
+        for (int64_t d = 0; d < H; ++d) mean[d] += hidden[p * H + d];
+      }
+      double norm = 0;
+      for (float& v : mean) {
+        v /= static_cast<float>(n);
+        norm += static_cast<double>(v) * v;
+      }
+      norm = std::sqrt(norm);
+      if (norm > 0) {
+        for (float& v : mean) v = static_cast<float>(v / norm);
+      }
+      out[i] = std::move(mean);
+    }
+    std::lock_guard<std::mutex> l(done_mu);
+    done = true;
+    done_cv.notify_all();
+  };
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stop_) return UnavailableError("the engine is stopping");
+    tasks_.push_back(task);
+  }
+  cv_.notify_all();
+  std::unique_lock<std::mutex> l(done_mu);
+  done_cv.wait(l, [&] { return done; });
+  if (!result.ok()) return result;
+  return out;
+}
+
+// --- the loop ---------------------------------------------------------------------------------
+
+void Engine::Loop() {
+  for (;;) {
+    std::vector<std::function<void()>> tasks;
+    std::vector<RequestId> cancelled;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stop_) break;
+      tasks.swap(tasks_);
+      for (auto& [id, live] : live_) {
+        if (live.stream->cancelled()) cancelled.push_back(id);
+      }
+    }
+    for (auto& t : tasks) t();
+    for (RequestId id : cancelled) scheduler_->Abort(id, FinishReason::kAborted);
+    if (scheduler_->NumUnfinished() == 0) {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_for(l, std::chrono::milliseconds(20), [&] { return stop_ || !tasks_.empty(); });
+      if (scheduler_->NumUnfinished() == 0) continue;
+    }
+    Step();
+  }
+  // Whatever is left ends as aborted.
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [id, live] : live_) {
+    Delta d;
+    d.finish_reason = "abort";
+    live.stream->Push(std::move(d));
+  }
+  live_.clear();
+}
+
+void Engine::Step() {
+  StatusOr<StepPlan> plan = scheduler_->Schedule();
+  if (!plan.ok()) {
+    failed_.store(true);
+    return;
+  }
+  for (const RequestOutput& out : plan->outputs) Deliver(out);
+  const SchedulerStats st = scheduler_->Stats();
+  running_gauge_.store(st.num_running);
+  waiting_gauge_.store(st.num_waiting);
+  kv_usage_.store(st.kv.usage);
+  if (plan->empty()) return;
+
+  const std::string& name = options_.served_model_name;
+  if (!plan->preempted.empty()) preemptions_total_->Inc({name}, static_cast<double>(plan->preempted.size()));
+  attention_.clear();
+  logit_rows_.clear();
+  for (const ScheduledSeq& s : plan->seqs) {
+    for (int32_t t = 0; t < s.num_tokens; ++t) attention_.push_back({s.block_table, s.start_position + t + 1});
+    if (s.needs_logits) logit_rows_.push_back(s.token_offset + s.num_tokens - 1);
+  }
+  const int64_t V = model_->vocab_size();
+  if (logits_.size() < logit_rows_.size() * static_cast<size_t>(V)) logits_.resize(logit_rows_.size() * static_cast<size_t>(V));
+  ForwardBatch batch{plan->token_ids, plan->positions, plan->slot_mapping, attention_, logit_rows_};
+  Status fw = model_->Forward(*pool_, batch, *cache_, logits_.data());
+  std::vector<SampledToken> sampled;
+  if (fw.ok()) {
+    size_t row = 0;
+    for (const ScheduledSeq& s : plan->seqs) {
+      if (!s.needs_logits) continue;
+      StatusOr<SampleResult> r = sampler_.Sample(*s.sampling, std::span<const float>(logits_.data() + row * V, static_cast<size_t>(V)));
+      ++row;
+      if (!r.ok()) {
+        fw = r.status();
+        break;
+      }
+      sampled.push_back({s.id, *r});
+    }
+  }
+  if (!fw.ok()) {
+    // A step the model or the sampler refused is a bug, not bad input (requests were checked at
+    // admission): fail what runs now rather than loop on it.
+    failed_.store(true);
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [id, live] : live_) {
+      Delta d;
+      d.error = InternalError("engine step failed: " + std::string(fw.message()));
+      d.finish_reason = "abort";
+      live.stream->Push(std::move(d));
+    }
+    live_.clear();
+    return;
+  }
+  prompt_tokens_total_->Inc({name}, plan->num_prefill_tokens);
+  StatusOr<std::vector<RequestOutput>> events = scheduler_->Update(*plan, std::move(sampled));
+  if (!events.ok()) {
+    failed_.store(true);
+    return;
+  }
+  generation_tokens_total_->Inc({name}, static_cast<double>(events->size()));
+  for (const RequestOutput& out : *events) Deliver(out);
+}
+
+void Engine::Deliver(const RequestOutput& out) {
+  const std::string& name = options_.served_model_name;
+  std::shared_ptr<Stream> stream;
+  Live* live = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = live_.find(out.id);
+    if (it == live_.end()) return;
+    live = &it->second;  // erased only below, on this thread
+    stream = live->stream;
+  }
+  Delta d;
+  const RequestStats& s = out.stats;
+  if (out.sample) {
+    const int32_t token = out.sample->token;
+    d.tokens.push_back(token);
+    if (live->want_logprobs) d.samples.push_back(*out.sample);
+    TextStream::Piece p = live->text->Push(token);
+    d.text = std::move(p.text);
+    if (p.stopped && !out.finish) scheduler_->Abort(out.id, FinishReason::kStopString);
+    if (s.num_output_tokens == 1) {
+      std::lock_guard<std::mutex> l(mu_);
+      --waiting_;
+      if (s.first_token_micros >= 0 && s.arrival_micros >= 0) ttft_->Observe({name}, (s.first_token_micros - s.arrival_micros) / 1e6);
+      if (s.first_scheduled_micros >= 0 && s.arrival_micros >= 0) {
+        queue_time_->Observe({name}, (s.first_scheduled_micros - s.arrival_micros) / 1e6);
+      }
+    } else if (auto it = last_token_micros_.find(out.id); it != last_token_micros_.end()) {
+      itl_->Observe({name}, (out.time_micros - it->second) / 1e6);
+    }
+    last_token_micros_[out.id] = out.time_micros;
+  }
+  if (out.finish) {
+    d.text += live->text->Finish();
+    d.finish_reason = std::string(OpenAiFinishReason(*out.finish));
+    d.prompt_tokens = s.num_prompt_tokens;
+    d.completion_tokens = s.num_output_tokens;
+    d.cached_tokens = s.num_cached_tokens;
+    request_success_total_->Inc({name, *d.finish_reason});
+    if (s.finished_micros >= 0 && s.arrival_micros >= 0) e2e_->Observe({name}, (s.finished_micros - s.arrival_micros) / 1e6);
+    last_token_micros_.erase(out.id);
+    std::lock_guard<std::mutex> l(mu_);
+    if (s.num_output_tokens == 0) --waiting_;
+    live_.erase(out.id);
+  }
+  stream->Push(std::move(d));
+}
+
+}  // namespace aicloud::engine
