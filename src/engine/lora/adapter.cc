@@ -181,6 +181,24 @@ LoraModuleShape ModuleShape(const ModelConfig& c, LoraModule m) {
   return {};
 }
 
+Status CheckLoraBase(const ModelConfig& model, const ModelConfig& adapter_base) {
+  if (model.num_hidden_layers != adapter_base.num_hidden_layers) {
+    return InvalidArgumentError("LoRA adapters were checked against a base model of " +
+                                std::to_string(adapter_base.num_hidden_layers) + " layers, the model has " +
+                                std::to_string(model.num_hidden_layers));
+  }
+  for (LoraModule m : kAllLoraModules) {
+    const LoraModuleShape a = ModuleShape(model, m), b = ModuleShape(adapter_base, m);
+    if (a.in != b.in || a.out != b.out) {
+      return InvalidArgumentError("LoRA adapters were checked against a base model whose " +
+                                  std::string(LoraModuleName(m)) + " is [" + std::to_string(b.in) + " -> " +
+                                  std::to_string(b.out) + "], the model's is [" + std::to_string(a.in) + " -> " +
+                                  std::to_string(a.out) + "]");
+    }
+  }
+  return OkStatus();
+}
+
 // --- adapter_config.json ----------------------------------------------------------------------
 
 float LoraConfig::Scale() const {

@@ -74,6 +74,11 @@ struct LoraModuleShape {
 };
 LoraModuleShape ModuleShape(const ModelConfig& config, LoraModule m);
 
+// OK when adapters checked against `adapter_base` fit a model of `model`: the same number of
+// layers and the same in/out features for every module. INVALID_ARGUMENT naming the first
+// difference otherwise. For a runner handed a registry made for some config.
+Status CheckLoraBase(const ModelConfig& model, const ModelConfig& adapter_base);
+
 // The largest rank the engine accepts at all (the largest vLLM allows); LoraLoadOptions::max_rank
 // is the operator's lower limit.
 inline constexpr int64_t kMaxLoraRank = 512;

@@ -386,6 +386,32 @@ TEST(LoraAdapter, RefusesBadLoadOptions) {
   EXPECT_EQ(LoraAdapter::Load(tmp.path(), Base(), {.dtype = DType::kBF16}).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(CheckLoraBase, ComparesModuleShapes) {
+  EXPECT_TRUE(CheckLoraBase(Base(), Base()).ok());
+  ModelConfig other = Base();
+  other.vocab_size = 1000;  // not a module shape
+  other.rope_theta = 1e6;
+  EXPECT_TRUE(CheckLoraBase(Base(), other).ok());
+  struct Case {
+    std::string name;
+    std::function<void(ModelConfig&)> edit;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"layers", [](ModelConfig& c) { c.num_hidden_layers = 3; }, "3 layers, the model has 2"},
+      {"kv heads", [](ModelConfig& c) { c.num_key_value_heads = 4; }, "k_proj is [16 -> 16], the model's is [16 -> 8]"},
+      {"ffn", [](ModelConfig& c) { c.intermediate_size = 32; }, "gate_proj"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ModelConfig changed = Base();
+    c.edit(changed);
+    const Status s = CheckLoraBase(Base(), changed);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(c.want), std::string::npos) << s;
+  }
+}
+
 // --- the writer -------------------------------------------------------------------------------
 
 TEST(InitRandomLora, RefusesBadOptions) {

@@ -219,13 +219,13 @@ class LoraForward : public ::testing::Test {
   }
 
   // Greedy continuation of `prompt` by one sequence, recomputing it whole each step.
-  std::vector<int32_t> Greedy(ThreadPool& pool, std::vector<int32_t> seq, int32_t slot, int steps) {
+  std::vector<int32_t> Greedy(ThreadPool& pool, std::vector<int32_t> seq, int32_t adapter_id, int steps) {
     std::vector<int32_t> out;
     LoraBatch lb;
     for (int s = 0; s < steps; ++s) {
-      std::vector<int32_t> pos(seq.size()), slots(seq.size(), slot);
+      std::vector<int32_t> pos(seq.size()), ids(seq.size(), adapter_id);
       for (size_t i = 0; i < seq.size(); ++i) pos[i] = static_cast<int32_t>(i);
-      EXPECT_TRUE(registry_->Resolve(slots, lb).ok());
+      EXPECT_TRUE(registry_->Resolve(ids, lb).ok());
       const std::vector<float> logits =
           model_->Forward(pool, seq, pos, std::vector<int>(seq.size(), 0), lb, {static_cast<int32_t>(seq.size()) - 1});
       const int32_t next = static_cast<int32_t>(kernels::Argmax(logits.data(), model_->vocab_size()));
@@ -246,26 +246,26 @@ TEST_F(LoraForward, MatchesPyTorchReferenceInOneMixedStep) {
   ThreadPool pool(2);
   struct Seq {
     std::string fixture;
-    int32_t slot;
+    int32_t adapter_id;
   };
-  const Seq seqs[] = {{"reference_plain.json", kNoLora},
-                      {"lora_plain_a.json", pins_[0].slot()},
-                      {"lora_plain_b.json", pins_[1].slot()}};
+  const Seq seqs[] = {{"reference_plain.json", kBaseAdapterId},
+                      {"lora_plain_a.json", pins_[0].adapter_id()},
+                      {"lora_plain_b.json", pins_[1].adapter_id()}};
   const std::vector<int32_t> prompt = LoraTestPrompt();
   // Round-robin: base, a, b, base, a, b, ... so every tile and every row mixes sequences.
-  std::vector<int32_t> tokens, positions, slots, rows;
+  std::vector<int32_t> tokens, positions, ids, rows;
   std::vector<int> owner;
   for (size_t p = 0; p < prompt.size(); ++p) {
     for (int s = 0; s < 3; ++s) {
       tokens.push_back(prompt[p]);
       positions.push_back(static_cast<int32_t>(p));
-      slots.push_back(seqs[s].slot);
+      ids.push_back(seqs[s].adapter_id);
       owner.push_back(s);
       rows.push_back(static_cast<int32_t>(rows.size()));
     }
   }
   LoraBatch lb;
-  ASSERT_TRUE(registry_->Resolve(slots, lb).ok());
+  ASSERT_TRUE(registry_->Resolve(ids, lb).ok());
   EXPECT_EQ(lb.num_adapters(), 2);
   const std::vector<float> logits = model_->Forward(pool, tokens, positions, owner, lb, rows);
   const int64_t V = model_->vocab_size();
@@ -306,7 +306,7 @@ TEST_F(LoraForward, MatchesPyTorchReferenceInOneMixedStep) {
     }
     std::printf("[ %s ] worst relative logit error vs the PyTorch reference: %.2e\n", seqs[s].fixture.c_str(), worst);
     const auto want_greedy = fx["greedy"].get<std::vector<int32_t>>();
-    EXPECT_EQ(Greedy(pool, prompt, seqs[s].slot, static_cast<int>(want_greedy.size())), want_greedy);
+    EXPECT_EQ(Greedy(pool, prompt, seqs[s].adapter_id, static_cast<int>(want_greedy.size())), want_greedy);
   }
   // The adapters matter: each changes the reference's own top-1 token somewhere.
   EXPECT_NE(top1[1], top1[0]);

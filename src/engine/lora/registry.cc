@@ -173,24 +173,32 @@ void LoraRegistry::Release(int32_t slot) {
   e->last_used = ++tick_;
 }
 
-Status LoraRegistry::Resolve(std::span<const int32_t> token_slots, LoraBatch& out) const {
+Status LoraRegistry::Resolve(std::span<const int32_t> token_adapter_ids, LoraBatch& out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < token_slots.size(); ++i) {
-    const int32_t s = token_slots[i];
-    if (s == kNoLora) continue;
-    if (s < 0 || s >= options_.max_loras) {
-      out.Clear();
-      return InvalidArgumentError("LoRA batch: token " + std::to_string(i) + " names adapter slot " + std::to_string(s) +
-                                  ", outside the " + std::to_string(options_.max_loras) + " slots");
+  token_slots_.resize(token_adapter_ids.size());
+  int32_t last_id = kBaseAdapterId, last_slot = kNoLora;
+  for (size_t i = 0; i < token_adapter_ids.size(); ++i) {
+    const int32_t id = token_adapter_ids[i];
+    if (id == kBaseAdapterId) {
+      token_slots_[i] = kNoLora;
+      continue;
     }
-    const Entry* e = slot_owner_[static_cast<size_t>(s)];
-    if (e == nullptr || e->pins == 0) {
-      out.Clear();
-      return FailedPreconditionError("LoRA batch: token " + std::to_string(i) + " names adapter slot " +
-                                     std::to_string(s) + ", which no sequence holds");
+    if (id != last_id || last_slot == kNoLora) {
+      last_id = id;
+      last_slot = kNoLora;
+      for (size_t s = 0; s < slot_owner_.size(); ++s) {
+        const Entry* e = slot_owner_[s];
+        if (e != nullptr && e->adapter_id == id && e->pins > 0) last_slot = static_cast<int32_t>(s);
+      }
+      if (last_slot == kNoLora) {
+        out.Clear();
+        return FailedPreconditionError("LoRA batch: token " + std::to_string(i) + " names adapter id " +
+                                       std::to_string(id) + ", which no request holds resident");
+      }
     }
+    token_slots_[i] = last_slot;
   }
-  return out.Reset(token_slots, slots_);
+  return out.Reset(token_slots_, slots_);
 }
 
 std::vector<LoraInfo> LoraRegistry::List() const {

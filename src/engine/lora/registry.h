@@ -7,9 +7,10 @@
 //       model.config(), {.base_model = "smollm2-135m", .max_loras = 8, .max_lora_rank = 16});
 //   AICLOUD_RETURN_IF_ERROR((*reg)->Load("sql", "/adapters/sql"));  // POST /v1/load_lora_adapter
 //   StatusOr<LoraPin> pin = (*reg)->Acquire("sql");                   // a request for model "sql"
-//   // the sequence's tokens carry pin->slot() in ForwardBatch::adapters; each step the engine:
+//   request.adapter_id = pin->adapter_id();  // what the scheduler and the KV CacheScope carry
+//   // each step the runner maps the tokens' adapter ids (0: base model) to the step's grouping:
 //   AICLOUD_RETURN_IF_ERROR((*reg)->Resolve(batch.adapters, lora_batch));
-//   // the pin is dropped when the sequence finishes; from then on the slot may be reused.
+//   // the pin is dropped when the request finishes; from then on the slot may be reused.
 //
 // States. A registered adapter is known by name and directory: listed, and requestable. A
 // resident one also holds its weights in one of max_loras slots (vLLM's --max-loras); only
@@ -19,9 +20,10 @@
 // again from its directory by its next Acquire. An adapter pinned by a running sequence is never
 // evicted or unloaded.
 //
-// Adapter ids. Each residency gets a fresh positive id, for the KV cache's CacheScope: KV blocks
-// computed under one version of an adapter are never matched by a reloaded one (whose files may
-// have changed).
+// Adapter ids. Each residency gets a fresh positive id (0 is the base model, as in Request and
+// CacheScope): the id names the weights in one slot, so KV blocks computed under one version of
+// an adapter are never matched by a reloaded one (whose files may have changed), and a step can
+// only name weights a pin holds. Slots stay inside the registry and LoraBatch.
 //
 // Thread safety: every method may be called from any thread. One mutex guards the tables; reading
 // and validating adapter files runs outside it, so a slow disk stalls only the caller, never the
@@ -46,6 +48,9 @@
 #include "engine/model/config.h"
 
 namespace aicloud::engine {
+
+// The adapter id of the bare base model.
+inline constexpr int32_t kBaseAdapterId = 0;
 
 struct LoraRegistryOptions {
   std::string base_model;      // the served model's id: `parent` of every adapter, not a valid adapter name
@@ -83,10 +88,11 @@ class LoraPin {
   LoraPin& operator=(const LoraPin&) = delete;
   ~LoraPin();
 
-  // The slot id the sequence's tokens carry in the step (ForwardBatch::adapters).
-  int32_t slot() const { return slot_; }
-  // The residency's id, for CacheScope::adapter_id.
+  // The residency's id: Request::adapter_id, CacheScope::adapter_id and the per-token entries of
+  // the runner's batch (Resolve) carry it.
   int32_t adapter_id() const { return adapter_id_; }
+  // The slot holding the weights (LoraBatch::Reset's slot table index).
+  int32_t slot() const { return slot_; }
   bool held() const { return registry_ != nullptr; }
   // Releases the hold now.
   void Reset();
@@ -125,10 +131,11 @@ class LoraRegistry {
   // (retry once a sequence finishes); the adapter's error when its files went bad.
   StatusOr<LoraPin> Acquire(std::string_view name);
 
-  // The step's grouping: `out` gets token_slots grouped by adapter (see LoraBatch::Reset).
-  // INVALID_ARGUMENT for a slot outside [0, max_loras) other than kNoLora; FAILED_PRECONDITION for
-  // a slot no pin holds (its adapter could be replaced at any moment).
-  Status Resolve(std::span<const int32_t> token_slots, LoraBatch& out) const;
+  // The step's grouping: token i runs adapter token_adapter_ids[i] (kBaseAdapterId: the base
+  // model); `out` gets the tokens grouped by adapter (see LoraBatch::Reset). FAILED_PRECONDITION
+  // (and an empty `out`) for an id that is not a pinned residency: unknown, evicted, or no longer
+  // held by any request (its slot could be reused at any moment).
+  Status Resolve(std::span<const int32_t> token_adapter_ids, LoraBatch& out) const;
 
   // Every registered adapter, by name.
   std::vector<LoraInfo> List() const;
@@ -166,6 +173,7 @@ class LoraRegistry {
   uint64_t tick_ = 0;                                              // GUARDED_BY(mu_)
   uint64_t registrations_ = 0;                                     // GUARDED_BY(mu_)
   int32_t next_adapter_id_ = 1;                                    // GUARDED_BY(mu_)
+  mutable std::vector<int32_t> token_slots_;                       // GUARDED_BY(mu_), Resolve's scratch
 };
 
 }  // namespace aicloud::engine

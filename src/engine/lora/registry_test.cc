@@ -187,32 +187,47 @@ TEST(LoraRegistry, EvictsLeastRecentlyUsedUnpinnedAdapters) {
   EXPECT_EQ(reg->List().size(), 4u);
 }
 
-TEST(LoraRegistry, ResolveChecksSlotsAndKeepsAdaptersAlive) {
+TEST(LoraRegistry, ResolveChecksIdsAndKeepsAdaptersAlive) {
   TempDir tmp;
   WriteAdapters(tmp.path(), {"a", "b"});
   std::unique_ptr<LoraRegistry> reg = Make(2);
   ASSERT_NE(reg, nullptr);
   ASSERT_TRUE(reg->Load("a", tmp.path() / "a").ok());
   ASSERT_TRUE(reg->Load("b", tmp.path() / "b").ok());
-  const int32_t a_slot = Info(*reg, "a").slot;
   LoraBatch batch;
-  EXPECT_TRUE(reg->Resolve(std::vector<int32_t>{kNoLora, kNoLora}, batch).ok());
+  EXPECT_TRUE(reg->Resolve(std::vector<int32_t>{kBaseAdapterId, kBaseAdapterId}, batch).ok());
   EXPECT_TRUE(batch.empty());
 
-  const Status unpinned = reg->Resolve(std::vector<int32_t>{kNoLora, a_slot}, batch);
-  EXPECT_EQ(unpinned.code(), StatusCode::kFailedPrecondition) << unpinned;
-  EXPECT_NE(unpinned.message().find("no sequence holds"), std::string::npos);
-  const Status outside = reg->Resolve(std::vector<int32_t>{2}, batch);
-  EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument) << outside;
+  const int32_t a_id = Info(*reg, "a").adapter_id;
+  struct Case {
+    std::string name;
+    std::vector<int32_t> ids;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"resident but not held", {kBaseAdapterId, a_id}, "token 1 names adapter id " + std::to_string(a_id)},
+      {"unknown id", {999}, "adapter id 999"},
+      {"negative id", {-1}, "adapter id -1"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_TRUE(reg->Resolve(std::vector<int32_t>{kBaseAdapterId}, batch).ok());
+    const Status s = reg->Resolve(c.ids, batch);
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find(c.want), std::string::npos) << s;
+    EXPECT_EQ(batch.num_tokens(), 0);
+  }
 
   StatusOr<LoraPin> pa = reg->Acquire("a");
   StatusOr<LoraPin> pb = reg->Acquire("b");
   ASSERT_TRUE(pa.ok() && pb.ok());
-  const std::vector<int32_t> slots = {pb->slot(), kNoLora, pa->slot(), pb->slot()};
-  ASSERT_TRUE(reg->Resolve(slots, batch).ok());
+  const std::vector<int32_t> ids = {pb->adapter_id(), kBaseAdapterId, pa->adapter_id(), pb->adapter_id()};
+  ASSERT_TRUE(reg->Resolve(ids, batch).ok());
   EXPECT_EQ(batch.num_adapters(), 2);
+  ASSERT_EQ(batch.tiles().size(), 2u);
+  EXPECT_EQ(batch.tiles()[0].count, 2);  // b's tokens 0 and 3
 
-  // The sequences finish and the adapters are unloaded while the step still runs: the batch keeps
+  // The requests finish and the adapters are unloaded while the step still runs: the batch keeps
   // the weights alive.
   pa->Reset();
   pb->Reset();
@@ -274,8 +289,8 @@ TEST(LoraRegistry, ConcurrentUse) {
       EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted) << p.status();
       continue;
     }
-    const std::vector<int32_t> slots = {p->slot(), kNoLora};
-    ASSERT_TRUE(reg->Resolve(slots, batch).ok());
+    const std::vector<int32_t> ids = {p->adapter_id(), kBaseAdapterId};
+    ASSERT_TRUE(reg->Resolve(ids, batch).ok());
     std::fill(y.begin(), y.end(), 0.0f);
     ApplyLora(pool, batch, 0, LoraModule::kQ, x.data(), H, y.data(), H, 0);
     for (float v : y) ASSERT_TRUE(std::isfinite(v));
