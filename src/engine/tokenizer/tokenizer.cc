@@ -18,6 +18,20 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
 
 void Tokenizer::EncodeTo(std::string_view text, bool parse_special,
                          std::vector<int32_t>* out) const {
+  // Offsets inside the pieces are 32-bit: a text beyond 2 GiB goes in consecutive chunks, cut at
+  // a character boundary (tokens cannot span a cut, which nothing realistic will notice).
+  constexpr size_t kMaxChunk = size_t{1} << 31;
+  while (text.size() > kMaxChunk) {
+    size_t cut = kMaxChunk;
+    while (cut > kMaxChunk - 4 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    EncodeChunk(text.substr(0, cut), parse_special, out);
+    text.remove_prefix(cut);
+  }
+  EncodeChunk(text, parse_special, out);
+}
+
+void Tokenizer::EncodeChunk(std::string_view text, bool parse_special,
+                            std::vector<int32_t>* out) const {
   std::string normalized;
   auto encode_segment = [&](std::string_view segment) {
     if (nfc_ && !IsNfcQuickCheckYes(segment)) {

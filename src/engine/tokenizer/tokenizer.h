@@ -108,6 +108,8 @@ class Tokenizer {
   friend class TokenizerLoader;
   Tokenizer() = default;
 
+  // EncodeTo for a text below 2 GiB.
+  void EncodeChunk(std::string_view text, bool parse_special, std::vector<int32_t>* out) const;
   // Normalizes, pre-tokenizes and BPE-encodes text that holds no added tokens.
   void EncodePlain(std::string_view text, std::vector<int32_t>* out) const;
   // Added tokens matched on normalized text (normalized: true), then EncodePlain.
