@@ -507,9 +507,11 @@ void RegisterAll() {
     benchmark::RegisterBenchmark((std::string("Forward135M/") + label + "/decode").c_str(),
                                  [f = f](benchmark::State& st) { BM_Forward135MDecode(st, f); })
         ->ArgNames({"seqs", "ctx", "threads"})
-        ->Args({1, 256, 1})
+        ->Args({1, 64, 1})
+        ->Args({1, 64, 2})
         ->Args({1, 256, 2})
         ->Args({1, 1024, 2})
+        ->Args({32, 64, 2})
         ->Args({32, 256, 2})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);

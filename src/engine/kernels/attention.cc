@@ -18,8 +18,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Rows (query token x query head) one work item handles at most, and how many consecutive
 // tokens of one sequence may share an item.
-constexpr int64_t kMaxRows = 16;
-constexpr int64_t kMaxRunTokens = 4;
+constexpr int64_t kMaxRows = 24;
+constexpr int64_t kMaxRunTokens = 8;
 
 // Smallest share of a context (in blocks) worth a work item of its own.
 constexpr int64_t kMinPartBlocks = 8;

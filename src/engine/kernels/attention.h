@@ -14,7 +14,7 @@
 // Per query token and head, PagedAttention walks the visible keys block by block with an online
 // softmax (running max, running sum, rescaled accumulator), so no score matrix is materialised
 // however long the context. Grouped-query attention: query head h reads KV head
-// h / (heads / kv_heads). Work is split over (runs of up to 4 consecutive tokens of the same
+// h / (heads / kv_heads). Work is split over (runs of up to 8 consecutive tokens of the same
 // sequence) x (KV head), so the query heads sharing a KV head, and the tokens of a prefill
 // chunk, read each K/V block once. When that gives fewer items than twice the pool's threads
 // (one sequence decoding has only kv_heads items), each item's context is also cut into parts

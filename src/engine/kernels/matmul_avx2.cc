@@ -54,6 +54,9 @@ AICLOUD_AVX2_INLINE void PrefetchNextGroup(const std::byte* r0, size_t ahead, in
   }
 }
 
+// Next group for Q8 too (measured: 4, 8 and 16 rows ahead stream at the same rate).
+constexpr size_t kQ8PrefetchRows = 4;
+
 // Four rows against one x: two accumulators per row hide the FMA latency.
 template <WeightFormat F>
 AICLOUD_AVX2 void GemvFloatRows(const float* x, const WeightView& w, int64_t n0, int64_t n1,
@@ -166,7 +169,7 @@ AICLOUD_AVX2 void GemvAvx2(const float* x, const WeightView& w, int64_t n0, int6
 AICLOUD_AVX2 void GemvQ8Int8Avx2(const QuantizedRow& x, const WeightView& w, int64_t n0, int64_t n1, float* y) {
   const int64_t nb = x.blocks;
   const size_t row_bytes = w.row_bytes();
-  const size_t ahead = 4 * row_bytes;
+  const size_t ahead = kQ8PrefetchRows * row_bytes;
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     const auto* w0 = reinterpret_cast<const BlockQ8*>(w.row(n));

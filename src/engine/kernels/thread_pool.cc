@@ -12,10 +12,6 @@ namespace {
 // Set while this thread runs a ParallelFor body, so nested calls run inline.
 thread_local bool tls_in_parallel_region = false;
 
-// Chunks handed out per thread: enough that a delayed thread's share can be taken over,
-// few enough that claiming stays cheap.
-constexpr int64_t kChunksPerThread = 4;
-
 // Spin iterations (each one PAUSE, ~20-60 ns) before a worker sleeps on the futex.
 constexpr int kSpinBeforeSleep = 1 << 12;
 
@@ -45,15 +41,6 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-int64_t ThreadPool::NumChunks(int64_t n, int64_t grain) const {
-  if (n <= 0) return 0;
-  grain = std::max<int64_t>(1, grain);
-  if (num_threads_ == 1 || n <= grain) return 1;
-  const int64_t target = static_cast<int64_t>(num_threads_) * kChunksPerThread;
-  const int64_t chunk = std::max(grain, (n + target - 1) / target);
-  return (n + chunk - 1) / chunk;
-}
-
 void ThreadPool::Run(int64_t n, int64_t grain, RangeFn fn, const void* ctx) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
@@ -65,11 +52,10 @@ void ThreadPool::Run(int64_t n, int64_t grain, RangeFn fn, const void* ctx) {
     return;
   }
   std::lock_guard<std::mutex> lock(call_mu_);
-  const int64_t target = static_cast<int64_t>(num_threads_) * kChunksPerThread;
   fn_ = fn;
   ctx_ = ctx;
   n_ = n;
-  chunk_ = std::max(grain, (n + target - 1) / target);
+  grain_ = grain;
   next_.store(0, std::memory_order_relaxed);
   // Publishes the job (the previous one is closed and empty, so the count is 0). seq_cst pairs
   // with the workers' sleepers_ increment: either we see a sleeper and wake it, or the
@@ -96,11 +82,15 @@ void ThreadPool::Run(int64_t n, int64_t grain, RangeFn fn, const void* ctx) {
 
 void ThreadPool::RunChunks() {
   const int64_t n = n_;
-  const int64_t chunk = chunk_;
-  for (;;) {
-    const int64_t begin = next_.fetch_add(chunk, std::memory_order_relaxed);
-    if (begin >= n) break;
-    fn_(ctx_, begin, std::min(n, begin + chunk));
+  const int64_t grain = grain_;
+  const int64_t divisor = 2 * static_cast<int64_t>(num_threads_);
+  int64_t begin = next_.load(std::memory_order_relaxed);
+  while (begin < n) {
+    const int64_t size = std::max(grain, (n - begin) / divisor);
+    // On failure `begin` is reloaded with the current claim point.
+    if (!next_.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed)) continue;
+    fn_(ctx_, begin, std::min(n, begin + size));
+    begin = next_.load(std::memory_order_relaxed);
   }
 }
 

@@ -43,8 +43,9 @@ class ThreadPool {
 
   // Calls fn(begin, end) on disjoint ranges that together cover [0, n) exactly once, and returns
   // when all calls have returned. Ranges hold at least `grain` indices (the last one may hold
-  // fewer) and are handed out dynamically, a few per thread, so a thread that the OS delays does
-  // not hold up the others for long. n <= 0 calls nothing; a single range runs inline.
+  // fewer). They are claimed dynamically with guided sizes, remaining / (2 * threads): large
+  // at first (few claims), small at the end, so the threads finish together even when one
+  // was delayed or the indices cost different amounts. n <= grain runs inline as one range.
   // REQUIRES: fn does not throw.
   template <typename Fn>
   void ParallelFor(int64_t n, Fn&& fn, int64_t grain = 1) {
@@ -55,9 +56,6 @@ class ThreadPool {
         },
         static_cast<const void*>(std::addressof(fn)));
   }
-
-  // Ranges a call with these arguments, made outside any ParallelFor body, is split into.
-  int64_t NumChunks(int64_t n, int64_t grain = 1) const;
 
  private:
   using RangeFn = void (*)(const void* ctx, int64_t begin, int64_t end);
@@ -80,7 +78,7 @@ class ThreadPool {
   RangeFn fn_ = nullptr;
   const void* ctx_ = nullptr;
   int64_t n_ = 0;
-  int64_t chunk_ = 1;
+  int64_t grain_ = 1;
   std::atomic<bool> stop_{false};
   uint32_t generation_ = 0;  // caller side copy of state_'s generation
 

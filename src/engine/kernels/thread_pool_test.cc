@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -127,14 +129,25 @@ TEST(ThreadPool, ManyBackToBackCallsAndSleepingWorkersWakeUp) {
   EXPECT_EQ(sum.load(), expected);
 }
 
-TEST(ThreadPool, NumChunksMatchesRanges) {
+// Guided sizes: the first range is about n / (2 * threads), later ones shrink, and every range
+// but the last holds at least `grain` indices.
+TEST(ThreadPool, RangesShrinkTowardTheEnd) {
   ThreadPool pool(2);
-  for (int64_t n : {1, 5, 100, 1001}) {
-    for (int64_t grain : {1, 7}) {
-      std::atomic<int64_t> ranges{0};
-      pool.ParallelFor(n, [&](int64_t, int64_t) { ranges.fetch_add(1); }, grain);
-      EXPECT_EQ(ranges.load(), pool.NumChunks(n, grain)) << n << " " << grain;
-    }
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  pool.ParallelFor(10000, [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(mu);
+    ranges.emplace_back(b, e);
+  }, 16);
+  std::sort(ranges.begin(), ranges.end());
+  ASSERT_GE(ranges.size(), 4u);
+  EXPECT_EQ(ranges.front().first, 0);
+  EXPECT_EQ(ranges.front().second, 2500);
+  EXPECT_EQ(ranges.back().second, 10000);
+  for (size_t i = 0; i + 1 < ranges.size(); ++i) {
+    EXPECT_EQ(ranges[i].second, ranges[i + 1].first);
+    EXPECT_GE(ranges[i].second - ranges[i].first, 16);
+    EXPECT_GE(ranges[i].second - ranges[i].first, ranges[i + 1].second - ranges[i + 1].first);
   }
 }
 
