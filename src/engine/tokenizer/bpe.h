@@ -14,7 +14,7 @@
 // Tokens and merges are kept as raw bytes and ids: the tokenizer.json loader converts them from
 // the byte-level alphabet once (byte_level.h).
 //
-// Repeated words are answered from a small per-thread cache (direct-mapped, 256 KiB per thread,
+// Repeated words are answered from a small per-thread cache (2-way set-associative, 256 KiB,
 // shared by all models and tagged with the model's unique id), which keeps the hot words of a
 // text in L2 instead of probing the multi-megabyte vocabulary and merge tables each time.
 //
