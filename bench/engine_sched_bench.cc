@@ -2,7 +2,7 @@
 // claim, plus what the KV block manager and the sampler cost.
 //
 //   engine_sched_bench [--trace PATH] [--requests 1000] [--a-ms 5] [--prefill-ms 2.25]
-//                      [--decode-ms 4.2] [--max-seqs 64] [--budget 512] [--max-model-len 8192]
+//                      [--decode-ms 4.2] [--max-seqs 64] [--budget 256] [--max-model-len 8192]
 //                      [--kv-gib 8] [--bytes-per-block 368640] [--load 0.7] [--skip-micro]
 //
 // 1. Simulated serving of request lengths from the Azure LLM inference trace 2023 (conv; prompt
@@ -65,8 +65,8 @@ struct Flags {
   double a_ms = 5;
   double prefill_ms = 2.25;
   double decode_ms = 4.2;
-  int max_seqs = 64;
-  int budget = 512;
+  int max_seqs = SchedulerOptions().max_num_seqs;
+  int budget = SchedulerOptions().max_num_batched_tokens;
   int max_model_len = 8192;
   double kv_gib = 8;
   int64_t bytes_per_block = KvBytesPerBlock(30, 3, 64, 2, 16);

@@ -49,7 +49,10 @@
 //
 // Static batching (static_batch_size = B > 0) is the baseline for the continuous-vs-static
 // benchmark: take up to B waiting requests, run them until all have finished (no admission in
-// between), then take the next B. Everything else (chunking, KV, preemption) is shared.
+// between), then take the next B. Everything else (chunking, KV, preemption) is shared, and
+// only real tokens are fed: no padding, so this is static batching at its best.
+// bench/engine_sched_bench.cc also models a padded static server (what Hugging Face generate
+// computes) and compares all three on the Azure trace.
 //
 // Thread-safety: Add, Abort, WaitForWork and NumUnfinished may be called from any thread (they
 // go through a locked inbox that Schedule drains). Everything else belongs to one engine

@@ -5,7 +5,7 @@
 // there (kernels/attention.h: StoreKv, PagedAttention).
 //
 //   BlockManagerOptions o;
-//   o.num_blocks = NumBlocksForBudget(8 << 30, KvBytesPerBlock(30, 3, 64, 2, 16));
+//   o.num_blocks = NumBlocksForBudget(int64_t{8} << 30, KvBytesPerBlock(30, 3, 64, 2, 16));
 //   StatusOr<BlockManager> bm = BlockManager::Create(o);
 //   // A new sequence: share the cached prefix, get fresh blocks for the first chunk.
 //   StatusOr<int64_t> cached = bm->Allocate(seq, prompt, scope, /*num_new_slots=*/chunk);
