@@ -97,6 +97,13 @@ TEST(PreTokenizerRegex, WhitespaceAsOniguruma) {
   EXPECT_EQ(OnigurumaCompatiblePattern(R"([]\s])"), R"([]\t\n\x{0B}\f\r\x{85}\p{Z}])");
   EXPECT_EQ(OnigurumaCompatiblePattern(R"([[:alpha:]\s])"), R"([[:alpha:]\t\n\x{0B}\f\r\x{85}\p{Z}])");
 
+  EXPECT_EQ(OnigurumaCompatiblePattern(R"(\w+|\W|[\w-])"),
+            R"([\p{L}\p{M}\p{N}\p{Pc}]+|[^\p{L}\p{M}\p{N}\p{Pc}]|[\p{L}\p{M}\p{N}\p{Pc}-])");
+  StatusOr<std::unique_ptr<Regex>> word = Regex::Compile(R"(\w+)");
+  ASSERT_TRUE(word.ok()) << word.status();
+  EXPECT_TRUE((*word)->FullMatch("e\xcc\x81_\xe2\x80\xbf" "9"));  // mark, '_', U+203F, digit
+  EXPECT_FALSE((*word)->FullMatch("a-b"));
+
   StatusOr<std::unique_ptr<Regex>> space = Regex::Compile(R"(\s)");
   ASSERT_TRUE(space.ok()) << space.status();
   EXPECT_TRUE((*space)->FullMatch("\xc2\x85"));       // U+0085 NEXT LINE

@@ -41,9 +41,13 @@ size_t CodePointLength(unsigned char lead) {
   return 4;
 }
 
-// Oniguruma's \s in Unicode mode: U+0009..U+000D, U+0085 and the Z categories. PCRE2's UCP \s
-// also matches U+180E (MONGOLIAN VOWEL SEPARATOR, no longer a space since Unicode 6.3).
+// Oniguruma's classes in Unicode mode (its doc/RE, "Character types"):
+// \s is U+0009..U+000D, U+0085 and the Z categories; PCRE2's UCP \s also matches U+180E
+// (MONGOLIAN VOWEL SEPARATOR, no longer a space since Unicode 6.3).
+// \w is Letter | Mark | Number | Connector_Punctuation; PCRE2 10.42's UCP \w has no marks and
+// no connector but '_'.
 constexpr std::string_view kOnigurumaSpace = R"(\t\n\x{0B}\f\r\x{85}\p{Z})";
+constexpr std::string_view kOnigurumaWord = R"(\p{L}\p{M}\p{N}\p{Pc})";
 
 }  // namespace
 
@@ -63,12 +67,15 @@ std::string OnigurumaCompatiblePattern(std::string_view pattern) {
         i = stop;
         continue;
       }
-      if (e == 's') {
-        out += in_class ? std::string(kOnigurumaSpace) : "[" + std::string(kOnigurumaSpace) + "]";
-      } else if (e == 'S' && !in_class) {
-        out += "[^" + std::string(kOnigurumaSpace) + "]";
+      const std::string_view set = (e == 's' || e == 'S')   ? kOnigurumaSpace
+                                   : (e == 'w' || e == 'W') ? kOnigurumaWord
+                                                            : std::string_view();
+      if (!set.empty() && (e == 's' || e == 'w')) {
+        out += in_class ? std::string(set) : "[" + std::string(set) + "]";
+      } else if (!set.empty() && !in_class) {
+        out += "[^" + std::string(set) + "]";
       } else {
-        out += c;  // any other escape, \S inside a class included, stays as written
+        out += c;  // any other escape, \S and \W inside a class included, stays as written
         out += e;
       }
       i += 2;

@@ -7,8 +7,9 @@
 // Patterns come from tokenizer.json files, which write them for Oniguruma (what Hugging Face's
 // tokenizers uses). They need Unicode properties (\p{L}, \p{N}), scoped flags ((?i:...)) and
 // lookahead (\s+(?!\S)), which std::regex lacks; PCRE2 in UTF + UCP mode reads them the same way.
-// One difference is removed before compiling: \s and \S are rewritten to Oniguruma's set
-// (see OnigurumaCompatiblePattern). The pattern is JIT-compiled when the platform supports it.
+// Where the two differ on what a pattern means, Oniguruma's reading is made explicit before
+// compiling: \s, \S, \w and \W become Oniguruma's sets (see OnigurumaCompatiblePattern).
+// The pattern is JIT-compiled when the platform supports it.
 //
 // Thread-safe: a compiled Regex is immutable; per-thread match state lives in thread_local
 // scratch inside regex.cc.
@@ -60,9 +61,11 @@ class Regex {
   bool jit_;
 };
 
-// `pattern` with \s (and \S outside character classes) spelled out as Oniguruma's Unicode
-// whitespace, U+0009..U+000D, U+0085 and \p{Z}; PCRE2's own \s also matches U+180E. \S inside
-// a class is left as written (no file in use has one).
+// `pattern` with \s spelled out as Oniguruma's Unicode whitespace (U+0009..U+000D, U+0085,
+// \p{Z}; PCRE2's own \s also matches U+180E) and \w as Oniguruma's word characters
+// (\p{L}\p{M}\p{N}\p{Pc}; PCRE2's has no marks), and \S, \W as their complements. \S and \W
+// inside a character class are left as written (no file in use has one); \b keeps PCRE2's
+// meaning.
 std::string OnigurumaCompatiblePattern(std::string_view pattern);
 
 }  // namespace aicloud::engine
