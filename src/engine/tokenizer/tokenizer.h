@@ -23,7 +23,9 @@
 // added tokens in it.
 //
 // Rendered chat prompts already hold their BOS as text: encode them with
-// add_special_tokens=false (see chat_template.h).
+// add_special_tokens=false (see chat_template.h). Chat models end a turn with the template's
+// end_of_turn() token (<|eot_id|>, <|im_end|>), which may differ from eos_id(): stop on both.
+// For streaming output, StreamDecoder (stream_decoder.h) returns whole UTF-8 pieces.
 //
 // Thread-safety: a Tokenizer is immutable after loading; all const methods may be called
 // concurrently from any number of threads.
