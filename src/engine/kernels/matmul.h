@@ -5,12 +5,17 @@
 //   over the pool; each thread reads its rows in their stored format (no conversion pass), four
 //   rows at a time against one read of x. F16 weights halve and Q8 weights nearly quarter the
 //   bytes of F32, and the speed follows the bytes.
-// - m > 1 (prefill, batched decode) is bound by arithmetic. W is cut into panels of 48 rows,
-//   each panel is converted to float once into a per-thread buffer (F32 weights are used in
-//   place), and a 4x3 register-tiled kernel multiplies it with every row of x, so each weight is
-//   fetched from memory once per call however many rows x has.
+// - m > 1 (prefill, batched decode) is bound by arithmetic. W is cut into panels of 48 rows;
+//   a task converts one panel to float into a per-thread buffer (F32 weights are used in
+//   place) and a 4x3 register-tiled kernel multiplies it with up to 256 rows of x, so each
+//   weight is fetched from memory once per 256 activation rows, not once per row.
 // For Q8, m == 1 multiplies int8 weights with x quantized to int8 blocks (see Q8Activations);
 // m > 1 dequantizes panels to float. Both paths are tested against MatMulReference.
+//
+// On the 2-core AVX2 EPYC this was written for (bench/engine_kernels_bench.cc): m == 1 streams
+// 16-20 GB/s of weights with 2 threads, so F16 finishes 1.3-2x and Q8 1.5-3.9x sooner than
+// OpenBLAS sgemv on F32 weights; m = 8 and 32 run 1.1-4.8x OpenBLAS sgemm; m = 512 runs at
+// 118-157 GFLOP/s, 0.8-1.0x OpenBLAS.
 //
 //   ThreadPool pool(2);
 //   MatMul(pool, x, /*m=*/seqs, q_proj.view(), q);  // q[seqs][q_proj.rows()]
@@ -27,9 +32,10 @@ namespace aicloud::engine::kernels {
 enum class Q8Activations {
   // x is quantized per 32-block to int8 once per call and multiplied with int8 weights using
   // 8-bit multiply-adds; adds x's rounding error (at most max|x_block|/254 per element) to the
-  // weights'. Fastest; what llama.cpp's Q8_0 does.
+  // weights'. What llama.cpp's Q8_0 does; measured 2.2-3x faster than kFloat at m == 1.
   kInt8,
-  // Weights are widened to float and multiplied with x as is: only the weights' error.
+  // Weights are widened to float and multiplied with x as is: only the weights' error
+  // (relative RMS error vs F32 0.5% instead of 0.7% on N(0, 0.02) weights).
   kFloat,
 };
 
