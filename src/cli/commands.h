@@ -20,6 +20,8 @@ void AddClient(CLI::App& app, int* exit_code);
 Status SaveClientConfig(const nlohmann::json& config);
 // `model init` (random-weight checkpoints) and `model inspect`.
 void AddModel(CLI::App& app, int* exit_code);
+// `engine` (serve a model over the OpenAI API) and `engine generate`.
+void AddEngine(CLI::App& app, int* exit_code);
 // `simulate events`, registered on the `simulate` subcommand by AddSimulate.
 void AddSimulateEvents(CLI::App& simulate, int* exit_code);
 

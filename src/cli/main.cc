@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   aicloud::cli::AddServer(app, &exit_code);
   aicloud::cli::AddClient(app, &exit_code);
   aicloud::cli::AddModel(app, &exit_code);
+  aicloud::cli::AddEngine(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -105,6 +105,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
   so.max_model_len = static_cast<int32_t>(e->max_model_len_);
   for (int64_t id : c.eos_token_ids) so.eos_token_ids.push_back(static_cast<int32_t>(id));
   if (so.eos_token_ids.empty() && e->tokenizer_->eos_id()) so.eos_token_ids.push_back(*e->tokenizer_->eos_id());
+  // Chat turns end with the template's end-of-turn token (Llama-3's <|eot_id|>, ChatML's
+  // <|im_end|>), which config.json does not always list as an EOS.
+  if (e->chat_) {
+    if (std::optional<int32_t> eot = e->tokenizer_->FindToken(e->chat_->end_of_turn());
+        eot && std::find(so.eos_token_ids.begin(), so.eos_token_ids.end(), *eot) == so.eos_token_ids.end()) {
+      so.eos_token_ids.push_back(*eot);
+    }
+  }
   so.vocab_size = static_cast<int32_t>(c.vocab_size);
   so.kv.num_blocks = static_cast<int32_t>(e->num_blocks_);
   so.kv.block_size = options.block_size;
