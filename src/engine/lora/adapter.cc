@@ -136,6 +136,8 @@ StatusOr<json> ReadJsonFile(const fs::path& path) {
 
 int64_t RoundUp8(int64_t n) { return (n + 7) / 8 * 8; }
 
+constexpr float kMaxHalf = 65504.0f;  // the largest finite IEEE half
+
 // PEFT's rule for a target_modules list entry: the full name, or a suffix after a dot.
 bool MatchesEntry(const std::string& key, const std::string& entry) {
   return key == entry || (key.size() > entry.size() && EndsWith(key, entry) && key[key.size() - entry.size() - 1] == '.');
@@ -454,6 +456,11 @@ StatusOr<std::unique_ptr<LoraAdapter>> LoraAdapter::Load(const fs::path& dir, co
       for (size_t i = 0; i < values->size(); ++i) {
         if (!std::isfinite((*values)[i])) {
           return Invalid(source, t->name, "element " + std::to_string(i) + " is not finite");
+        }
+        if (options.dtype == DType::kF16 && std::abs((*values)[i]) > kMaxHalf) {
+          return Invalid(source, t->name,
+                         "element " + std::to_string(i) + " (" + std::to_string((*values)[i]) +
+                             ") does not fit F16 storage; store the adapter as F32");
         }
       }
     }

@@ -386,6 +386,17 @@ TEST(LoraAdapter, RefusesBadLoadOptions) {
   EXPECT_EQ(LoraAdapter::Load(tmp.path(), Base(), {.dtype = DType::kBF16}).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(LoraAdapter, F16StorageRefusesValuesOutOfRange) {
+  TempDir tmp;
+  std::vector<FakeTensor> tensors = GoodTensors();
+  tensors[1].poison = 1e5f;  // layer 0 q_proj B
+  WriteDir(tmp.path(), GoodDirConfig(), tensors);
+  EXPECT_TRUE(LoraAdapter::Load(tmp.path(), Base(), {.dtype = DType::kF32}).ok());
+  const StatusOr<std::unique_ptr<LoraAdapter>> f16 = LoraAdapter::Load(tmp.path(), Base(), {.dtype = DType::kF16});
+  EXPECT_EQ(f16.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(f16.status().message().find("does not fit F16 storage"), std::string::npos) << f16.status();
+}
+
 TEST(CheckLoraBase, ComparesModuleShapes) {
   EXPECT_TRUE(CheckLoraBase(Base(), Base()).ok());
   ModelConfig other = Base();
