@@ -203,11 +203,13 @@ int64_t LlamaModel::weight_bytes() const {
 
 Status LlamaModel::Check(const ForwardBatch& b, const KvCache& cache) const {
   const size_t n = b.tokens.size();
-  if (b.positions.size() != n || b.slots.size() != n || b.attention.size() != n) {
+  if (b.positions.size() != n || b.slots.size() != n || b.attention.size() != n ||
+      (!b.adapters.empty() && b.adapters.size() != n)) {
     return InvalidArgumentError("forward batch: " + std::to_string(n) + " tokens but " +
                                 std::to_string(b.positions.size()) + " positions, " +
                                 std::to_string(b.slots.size()) + " slots, " +
-                                std::to_string(b.attention.size()) + " attention views");
+                                std::to_string(b.attention.size()) + " attention views, " +
+                                std::to_string(b.adapters.size()) + " adapter ids");
   }
   const int64_t slots = cache.num_blocks() * cache.block_size();
   for (size_t i = 0; i < n; ++i) {
@@ -234,6 +236,27 @@ Status LlamaModel::Check(const ForwardBatch& b, const KvCache& cache) const {
     return InvalidArgumentError("forward batch: the KV cache was made for another model shape");
   }
   return kernels::ValidateAttention(b.attention, config_.num_attention_heads, cache.layer(0));
+}
+
+Status LlamaModel::SetLoras(const LoraRegistry* registry) {
+  if (registry != nullptr) AICLOUD_RETURN_IF_ERROR(CheckLoraBase(config_, registry->base_config()));
+  loras_ = registry;
+  return OkStatus();
+}
+
+Status LlamaModel::PrepareLoras(const ForwardBatch& b) {
+  lora_.Clear();
+  if (b.adapters.empty()) return OkStatus();
+  if (loras_ == nullptr) {
+    for (size_t i = 0; i < b.adapters.size(); ++i) {
+      if (b.adapters[i] != kBaseAdapterId) {
+        return FailedPreconditionError("forward batch: token " + std::to_string(i) + " asks for LoRA adapter " +
+                                       std::to_string(b.adapters[i]) + " but the model has no adapters");
+      }
+    }
+    return OkStatus();
+  }
+  return loras_->Resolve(b.adapters, lora_);
 }
 
 void LlamaModel::Run(kernels::ThreadPool& pool, const ForwardBatch& b, KvCache& cache) {
@@ -272,6 +295,7 @@ void LlamaModel::Run(kernels::ThreadPool& pool, const ForwardBatch& b, KvCache& 
     const VectorView mlp_norm{DType::kF32, H, L.mlp_norm.data()};
     rows(n, [&](int64_t s, int64_t e) { kernels::RmsNorm(x + s * H, e - s, H, attn_norm, eps, h + s * H); });
     kernels::MatMul(pool, h, n, L.qkv.view(), qkv_.data());
+    if (!lora_.empty()) ApplyLora(pool, lora_, static_cast<int64_t>(l), QkvTargets(c), h, H, qkv_.data(), W);
     AddBias(qkv_.data(), n, W, L.qkv_bias);
     rows(n, [&](int64_t s, int64_t e) {
       kernels::Rope(qkv_.data() + s * W, e - s, c.num_attention_heads, c.head_dim, W, positions.data() + s, *rope_);
@@ -281,12 +305,15 @@ void LlamaModel::Run(kernels::ThreadPool& pool, const ForwardBatch& b, KvCache& 
     kernels::StoreKv(kv, b.slots.data(), qkv_.data() + Q, W, qkv_.data() + Q + KV, W, n);
     kernels::PagedAttention(pool, qkv_.data(), W, b.attention, c.num_attention_heads, kv, scale, attn_.data(), Q);
     kernels::MatMul(pool, attn_.data(), n, L.o.view(), h);
+    if (!lora_.empty()) ApplyLora(pool, lora_, static_cast<int64_t>(l), LoraModule::kO, attn_.data(), Q, h, H, 0);
     AddBias(h, n, H, L.o_bias);
     kernels::Add(x, h, x, n * H);
     rows(n, [&](int64_t s, int64_t e) { kernels::RmsNorm(x + s * H, e - s, H, mlp_norm, eps, h + s * H); });
     kernels::MatMul(pool, h, n, L.gate_up.view(), gu_.data());
+    if (!lora_.empty()) ApplyLora(pool, lora_, static_cast<int64_t>(l), GateUpTargets(c), h, H, gu_.data(), 2 * I);
     rows(n, [&](int64_t s, int64_t e) { kernels::SiluMulRows(gu_.data() + s * 2 * I, e - s, I, act_.data() + s * I); });
     kernels::MatMul(pool, act_.data(), n, L.down.view(), h);
+    if (!lora_.empty()) ApplyLora(pool, lora_, static_cast<int64_t>(l), LoraModule::kDown, act_.data(), I, h, H, 0);
     kernels::Add(x, h, x, n * H);
   }
   const int64_t r = static_cast<int64_t>(b.logit_rows.size());
@@ -301,6 +328,7 @@ void LlamaModel::Run(kernels::ThreadPool& pool, const ForwardBatch& b, KvCache& 
 Status LlamaModel::Forward(kernels::ThreadPool& pool, const ForwardBatch& b, KvCache& cache, float* logits) {
   if (Status s = Check(b, cache); !s.ok()) return s;
   if (b.tokens.empty()) return OkStatus();
+  if (Status s = PrepareLoras(b); !s.ok()) return s;
   Run(pool, b, cache);
   const WeightView head = lm_head_.rows() > 0 ? lm_head_.view() : embed_.view();
   if (!b.logit_rows.empty()) {
@@ -312,6 +340,7 @@ Status LlamaModel::Forward(kernels::ThreadPool& pool, const ForwardBatch& b, KvC
 Status LlamaModel::ForwardHidden(kernels::ThreadPool& pool, const ForwardBatch& b, KvCache& cache, float* out) {
   if (Status s = Check(b, cache); !s.ok()) return s;
   if (b.tokens.empty()) return OkStatus();
+  if (Status s = PrepareLoras(b); !s.ok()) return s;
   Run(pool, b, cache);
   std::memcpy(out, final_.data(), b.logit_rows.size() * static_cast<size_t>(config_.hidden_size) * sizeof(float));
   return OkStatus();

@@ -37,6 +37,8 @@
 #include "engine/kernels/matrix.h"
 #include "engine/kernels/ops.h"
 #include "engine/kernels/thread_pool.h"
+#include "engine/lora/apply.h"
+#include "engine/lora/registry.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/config.h"
 
@@ -82,6 +84,9 @@ struct ForwardBatch {
   std::span<const int64_t> slots;                       // KV slot of each token
   std::span<const kernels::AttentionToken> attention;  // its sequence's view, causal
   std::span<const int32_t> logit_rows;                  // tokens whose logits are wanted
+  // LoRA adapter id of each token (kBaseAdapterId = 0: the base model), as Request::adapter_id
+  // and LoraPin::adapter_id() give it; empty: every token runs the base model.
+  std::span<const int32_t> adapters;
 };
 
 class LlamaModel {
@@ -96,6 +101,10 @@ class LlamaModel {
   // Bytes of weights held (after conversion).
   int64_t weight_bytes() const;
   kernels::WeightFormat matrix_format() const { return format_; }
+
+  // The adapters tokens may name in ForwardBatch::adapters; nullptr: none. The registry must
+  // outlive the model's use of it; INVALID_ARGUMENT when it was made for another model shape.
+  Status SetLoras(const LoraRegistry* registry);
 
   // Runs the step: writes every token's K/V into `cache` at its slot, and the logits of each
   // logit_rows[i] to logits + i * vocab_size(). INVALID_ARGUMENT (nothing computed) for spans of
@@ -117,6 +126,8 @@ class LlamaModel {
   };
   LlamaModel() = default;
   Status Check(const ForwardBatch& batch, const KvCache& cache) const;
+  // Groups the step's tokens by adapter into lora_ (empty when no token has one).
+  Status PrepareLoras(const ForwardBatch& batch);
   // Runs the layers; leaves the final-normed hidden states of logit_rows in final_.
   void Run(kernels::ThreadPool& pool, const ForwardBatch& batch, KvCache& cache);
 
@@ -127,6 +138,8 @@ class LlamaModel {
   std::vector<float> final_norm_;
   std::vector<Layer> layers_;
   std::unique_ptr<kernels::RopeTable> rope_;  // cos/sin per position, built at load
+  const LoraRegistry* loras_ = nullptr;
+  LoraBatch lora_;  // this step's
 
   // Scratch, grown as needed.
   std::vector<float> x_, h_, qkv_, attn_, gu_, act_, final_;
