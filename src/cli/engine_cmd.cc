@@ -35,6 +35,8 @@ struct EngineFlags {
   std::string kv_dtype = "f16";
   std::vector<std::string> loras;
   bool no_prefix_caching = false;
+  int max_loras = 4;
+  int64_t max_lora_rank = 64;
 };
 
 Status ToOptions(const EngineFlags& f, engine::EngineOptions* o) {
@@ -56,7 +58,15 @@ Status ToOptions(const EngineFlags& f, engine::EngineOptions* o) {
   if (f.kv_dtype == "f16") o->kv_dtype = DType::kF16;
   else if (f.kv_dtype == "f32") o->kv_dtype = DType::kF32;
   else return InvalidArgumentError("--kv-dtype: \"" + f.kv_dtype + "\" is not f16 or f32");
-  if (!f.loras.empty()) return UnimplementedError("--lora: adapters are not served by this build yet");
+  for (const std::string& l : f.loras) {
+    const size_t eq = l.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == l.size()) {
+      return InvalidArgumentError("--lora: \"" + l + "\" is not NAME=DIR");
+    }
+    o->loras.emplace_back(l.substr(0, eq), l.substr(eq + 1));
+  }
+  o->max_loras = f.max_loras;
+  o->max_lora_rank = f.max_lora_rank;
   return OkStatus();
 }
 
@@ -108,6 +118,8 @@ void AddEngine(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-waiting", f->max_waiting, "queued requests before 429")->capture_default_str();
   cmd->add_option("--lora", f->loras, "NAME=DIR of a PEFT adapter (repeatable)");
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "disable automatic prefix caching");
+  cmd->add_option("--max-loras", f->max_loras, "adapters resident (and mixed in one step) at most")->capture_default_str();
+  cmd->add_option("--max-lora-rank", f->max_lora_rank, "larger adapters are refused")->capture_default_str();
 
   auto* g = new EngineFlags();
   auto* prompt_ids = new std::string();

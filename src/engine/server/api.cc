@@ -67,9 +67,6 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
   StatusOr<GenerateRequest> g = chat ? ParseChat(*body, e->tokenizer(), e->chat_template(), e->max_model_len())
                                      : ParseCompletion(*body, e->tokenizer(), e->max_model_len());
   if (!g.ok()) return OpenAiError(g.status());
-  if (g->model != e->model_name()) {
-    return OpenAiError(NotFoundError("The model `" + g->model + "` does not exist."));
-  }
   const bool stream = g->stream, include_usage = g->include_usage, want_logprobs = g->sampling.logprobs.has_value();
   const std::string model = g->model;
   StatusOr<std::shared_ptr<Stream>> s = e->Submit(std::move(*g));
@@ -224,7 +221,12 @@ void AddEngineRoutes(Engine* e, http::Router* router) {
     json m = {{"id", e->model_name()},          {"object", "model"},      {"created", NowSeconds()},
               {"owned_by", "aicloud"},          {"root", e->options().model_dir}, {"parent", nullptr},
               {"max_model_len", e->max_model_len()}};
-    return http::Response::Json(200, {{"object", "list"}, {"data", json::array({m})}});
+    json data = json::array({m});
+    for (const LoraInfo& l : e->loras().List()) {
+      data.push_back({{"id", l.name}, {"object", "model"}, {"created", NowSeconds()}, {"owned_by", "aicloud"},
+                      {"root", l.dir.string()}, {"parent", l.parent}, {"max_model_len", e->max_model_len()}});
+    }
+    return http::Response::Json(200, {{"object", "list"}, {"data", data}});
   });
   router->Add("POST", "/v1/completions", [e](http::Request& r) { return Generate(e, r, false); });
   router->Add("POST", "/v1/chat/completions", [e](http::Request& r) { return Generate(e, r, true); });
@@ -247,6 +249,24 @@ void AddEngineRoutes(Engine* e, http::Router* router) {
       ids.push_back(t.get<int32_t>());
     }
     return http::Response::Json(200, {{"prompt", e->tokenizer().Decode(ids, false)}});
+  });
+  // vLLM's runtime adapter endpoints.
+  router->Add("POST", "/v1/load_lora_adapter", [e](http::Request& r) {
+    StatusOr<json> b = ParseJson(r);
+    if (!b.ok()) return OpenAiError(b.status());
+    if (!b->contains("lora_name") || !(*b)["lora_name"].is_string()) return OpenAiError(InvalidArgumentError("lora_name: required, a string"));
+    if (!b->contains("lora_path") || !(*b)["lora_path"].is_string()) return OpenAiError(InvalidArgumentError("lora_path: required, a string"));
+    const std::string name = (*b)["lora_name"];
+    if (Status s = e->loras().Load(name, (*b)["lora_path"].get<std::string>()); !s.ok()) return OpenAiError(s);
+    return http::Response::Text(200, "Success: LoRA adapter '" + name + "' added successfully.");
+  });
+  router->Add("POST", "/v1/unload_lora_adapter", [e](http::Request& r) {
+    StatusOr<json> b = ParseJson(r);
+    if (!b.ok()) return OpenAiError(b.status());
+    if (!b->contains("lora_name") || !(*b)["lora_name"].is_string()) return OpenAiError(InvalidArgumentError("lora_name: required, a string"));
+    const std::string name = (*b)["lora_name"];
+    if (Status s = e->loras().Unload(name); !s.ok()) return OpenAiError(s);
+    return http::Response::Text(200, "Success: LoRA adapter '" + name + "' removed successfully.");
   });
   router->Add("GET", "/metrics", [e](http::Request&) {
     return http::Response::Text(200, e->metrics().Render(), "text/plain; version=0.0.4");

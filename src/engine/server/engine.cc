@@ -117,6 +117,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
   so.kv.num_blocks = static_cast<int32_t>(e->num_blocks_);
   so.kv.block_size = options.block_size;
   so.kv.enable_prefix_caching = options.enable_prefix_caching;
+  so.max_loras = options.max_loras;
+  StatusOr<std::unique_ptr<LoraRegistry>> loras = LoraRegistry::Create(
+      c, {.base_model = options.served_model_name, .max_loras = options.max_loras, .max_lora_rank = options.max_lora_rank});
+  if (!loras.ok()) return loras.status();
+  e->loras_ = std::move(*loras);
+  if (Status s = e->model_->SetLoras(e->loras_.get()); !s.ok()) return s;
+  for (const auto& [name, path] : options.loras) {
+    if (Status s = e->loras_->Load(name, path); !s.ok()) return s;
+  }
   StatusOr<std::unique_ptr<Scheduler>> sched = Scheduler::Create(so);
   if (!sched.ok()) return sched.status();
   e->scheduler_ = std::move(*sched);
@@ -165,6 +174,13 @@ StatusOr<std::shared_ptr<Stream>> Engine::Submit(GenerateRequest g) {
   r.prompt = std::move(g.prompt);
   r.sampling = g.sampling;
   Live live;
+  if (g.model != options_.served_model_name) {
+    if (!loras_->Contains(g.model)) return NotFoundError("The model `" + g.model + "` does not exist.");
+    StatusOr<LoraPin> pin = loras_->Acquire(g.model);  // may read the adapter back from disk
+    if (!pin.ok()) return pin.status();
+    r.adapter_id = pin->adapter_id();
+    live.pin = std::move(*pin);
+  }
   live.stream = std::make_shared<Stream>();
   live.text = std::make_unique<TextStream>(tokenizer_.get(), std::move(g.stop), g.skip_special_tokens);
   live.want_logprobs = g.sampling.logprobs.has_value();
@@ -311,13 +327,18 @@ void Engine::Step() {
   if (!plan->preempted.empty()) preemptions_total_->Inc({name}, static_cast<double>(plan->preempted.size()));
   attention_.clear();
   logit_rows_.clear();
+  adapters_.clear();
+  bool any_adapter = false;
   for (const ScheduledSeq& s : plan->seqs) {
     for (int32_t t = 0; t < s.num_tokens; ++t) attention_.push_back({s.block_table, s.start_position + t + 1});
+    adapters_.insert(adapters_.end(), static_cast<size_t>(s.num_tokens), s.adapter_id);
+    any_adapter |= s.adapter_id != kBaseAdapterId;
     if (s.needs_logits) logit_rows_.push_back(s.token_offset + s.num_tokens - 1);
   }
   const int64_t V = model_->vocab_size();
   if (logits_.size() < logit_rows_.size() * static_cast<size_t>(V)) logits_.resize(logit_rows_.size() * static_cast<size_t>(V));
   ForwardBatch batch{plan->token_ids, plan->positions, plan->slot_mapping, attention_, logit_rows_};
+  if (any_adapter) batch.adapters = adapters_;
   Status fw = model_->Forward(*pool_, batch, *cache_, logits_.data());
   std::vector<SampledToken> sampled;
   if (fw.ok()) {

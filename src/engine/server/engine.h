@@ -31,6 +31,7 @@
 #include "core/status.h"
 #include "engine/batch/scheduler.h"
 #include "engine/kernels/thread_pool.h"
+#include "engine/lora/registry.h"
 #include "engine/model/checkpoint.h"
 #include "engine/runner/llama.h"
 #include "engine/sample/sampler.h"
@@ -54,6 +55,10 @@ struct EngineOptions {
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings (capped by the cache)
   int32_t max_waiting = 256;  // admitted but not yet running; beyond it Submit answers 429
   bool enable_prefix_caching = true;
+  // LoRA adapters served at start (name, PEFT directory); more can be loaded at run time.
+  std::vector<std::pair<std::string, std::string>> loras;
+  int32_t max_loras = 4;        // resident adapters, and distinct adapters in one step
+  int64_t max_lora_rank = 64;
 };
 
 // One piece of a request's output.
@@ -96,8 +101,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Thread-safe. RESOURCE_EXHAUSTED (HTTP 429) when max_waiting requests already wait;
-  // INVALID_ARGUMENT for a request the scheduler can never run (longer than the cache).
+  // Thread-safe. `request.model` names the base model or a LoRA adapter (NOT_FOUND otherwise).
+  // RESOURCE_EXHAUSTED (HTTP 429) when max_waiting requests already wait or every adapter slot
+  // is pinned; INVALID_ARGUMENT for a request the scheduler can never run (longer than the cache).
   StatusOr<std::shared_ptr<Stream>> Submit(GenerateRequest request);
 
   // Mean-pooled final hidden states of each input, L2-normalised. Runs on the loop thread
@@ -111,6 +117,8 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
   int64_t kv_cache_blocks() const { return num_blocks_; }
   const EngineOptions& options() const { return options_; }
+  // The adapters (hot load and unload go straight to it; thread-safe).
+  LoraRegistry& loras() { return *loras_; }
   Metrics& metrics() { return metrics_; }
   bool healthy() const { return !failed_.load(); }
 
@@ -128,6 +136,7 @@ class Engine {
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<kernels::ThreadPool> pool_;
+  std::unique_ptr<LoraRegistry> loras_;
   Sampler sampler_;
   int64_t max_model_len_ = 0;
   int64_t num_blocks_ = 0;
@@ -137,6 +146,7 @@ class Engine {
     std::unique_ptr<TextStream> text;
     bool want_logprobs = false;
     int32_t prompt_tokens = 0;
+    LoraPin pin;  // holds the request's adapter resident until it finishes
   };
   std::map<RequestId, Live> live_;  // loop thread only
 
@@ -153,6 +163,7 @@ class Engine {
   std::vector<float> logits_;
   std::vector<kernels::AttentionToken> attention_;
   std::vector<int32_t> logit_rows_;
+  std::vector<int32_t> adapters_;
 
   Metrics metrics_;
   Counter* prompt_tokens_total_ = nullptr;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "engine/lora/random_adapter.h"
 #include "engine/model/random_checkpoint.h"
 #include "engine/server/api.h"
 #include "http/client.h"
@@ -189,6 +190,59 @@ TEST(Engine, StopStringsCancelAndQueueLimit) {
   EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument) << huge.status();
 }
 
+// Requests for two adapters and the base model share steps and still get their solo outputs;
+// the adapters change the output; adapters load and unload at run time.
+TEST(Engine, LoraAdaptersInOneBatch) {
+  std::unique_ptr<Engine> probe = Start();
+  ASSERT_NE(probe, nullptr);
+  const ModelConfig config = probe->config();
+  probe.reset();
+  const fs::path dir = WriteModel().parent_path();
+  for (const auto& [name, seed] : {std::pair{"ad1", 5}, std::pair{"ad2", 6}}) {
+    InitLoraOptions o;
+    o.rank = 8;
+    o.alpha = 32;
+    o.targets = {LoraModule::kQ, LoraModule::kV, LoraModule::kO, LoraModule::kDown};
+    o.seed = static_cast<uint64_t>(seed);
+    o.b_std = 0.5;
+    o.overwrite = true;
+    ASSERT_TRUE(InitRandomLora(dir / name, config, o).ok());
+  }
+  EngineOptions eo;
+  eo.loras = {{"ad1", (dir / "ad1").string()}};
+  eo.max_loras = 2;
+  std::unique_ptr<Engine> e = Start(eo);
+  ASSERT_NE(e, nullptr);
+  ASSERT_TRUE(e->loras().Load("ad2", dir / "ad2").ok());
+  EXPECT_EQ(e->loras().Load("ad2", dir / "ad2").code(), StatusCode::kAlreadyExists);
+
+  std::vector<GenerateRequest> reqs;
+  for (const char* model : {"tiny", "ad1", "ad2"}) {
+    GenerateRequest g = Greedy({464, 2068, 7586, 21831, 18045}, 12);
+    g.model = model;
+    reqs.push_back(g);
+  }
+  std::vector<std::vector<int32_t>> solo;
+  for (const GenerateRequest& g : reqs) {
+    StatusOr<std::shared_ptr<Stream>> s = e->Submit(g);
+    ASSERT_TRUE(s.ok()) << s.status();
+    solo.push_back(Drain(**s).tokens);
+  }
+  EXPECT_NE(solo[0], solo[1]) << "adapter ad1 changed nothing";
+  EXPECT_NE(solo[1], solo[2]);
+  std::vector<std::shared_ptr<Stream>> mixed;
+  for (int round = 0; round < 2; ++round) {
+    for (const GenerateRequest& g : reqs) mixed.push_back(*e->Submit(g));
+  }
+  for (size_t i = 0; i < mixed.size(); ++i) EXPECT_EQ(Drain(*mixed[i]).tokens, solo[i % 3]) << "request " << i;
+
+  GenerateRequest unknown = reqs[1];
+  unknown.model = "ad3";
+  EXPECT_EQ(e->Submit(unknown).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(e->loras().Unload("ad2").ok());
+  EXPECT_EQ(e->Submit(reqs[2]).status().code(), StatusCode::kNotFound);
+}
+
 class ApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -324,6 +378,40 @@ TEST_F(ApiTest, StreamingMatchesNonStreaming) {
                            "vllm:prompt_tokens_total", "vllm:request_success_total"}) {
     EXPECT_NE(m->body.find(name), std::string::npos) << name;
   }
+}
+
+}  // namespace
+}  // namespace aicloud::engine
+
+namespace aicloud::engine {
+namespace {
+
+TEST_F(ApiTest, LoraAdapterEndpoints) {
+  const fs::path dir = WriteModel().parent_path() / "api-adapter";
+  InitLoraOptions o;
+  o.seed = 9;
+  o.b_std = 0.5;
+  o.overwrite = true;
+  ASSERT_TRUE(InitRandomLora(dir, engine_->config(), o).ok());
+  const std::string load = R"({"lora_name":"sql","lora_path":")" + dir.string() + R"("})";
+  StatusOr<http::ClientResponse> r = client_->Send("POST", "/v1/load_lora_adapter", load);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+  r = client_->Send("POST", "/v1/load_lora_adapter", load);
+  EXPECT_EQ(r->status, 409) << r->body;  // already loaded
+  r = client_->Send("POST", "/v1/load_lora_adapter", R"({"lora_name":"x","lora_path":"/nonexistent"})");
+  EXPECT_EQ(r->status, 404) << r->body;
+  json models = json::parse(client_->Send("GET", "/v1/models")->body);
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][1]["id"], "sql");
+  EXPECT_EQ(models["data"][1]["parent"], "tiny");
+  auto [code, j] = Post("/v1/completions", R"({"model":"sql","prompt":"Hello there","max_tokens":4,"temperature":0})");
+  EXPECT_EQ(code, 200) << j.dump();
+  EXPECT_EQ(j["model"], "sql");
+  r = client_->Send("POST", "/v1/unload_lora_adapter", R"({"lora_name":"sql"})");
+  EXPECT_EQ(r->status, 200) << r->body;
+  auto [gone, gj] = Post("/v1/completions", R"({"model":"sql","prompt":"Hello","max_tokens":4})");
+  EXPECT_EQ(gone, 404) << gj.dump();
 }
 
 }  // namespace
