@@ -20,32 +20,13 @@
 
 #include "engine/lora/random_adapter.h"
 #include "engine/model/random_checkpoint.h"
+#include "engine/model/test_models.h"
 
 namespace aicloud::engine {
 
 inline const std::string kLoraTestSource = AICLOUD_SOURCE_DIR;
 
-inline InitCheckpointOptions LoraTestBaseModel() {
-  InitCheckpointOptions o;
-  ModelConfig& c = o.config;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
-  c.hidden_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.max_position_embeddings = 512;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 10000;
-  c.tie_word_embeddings = false;
-  o.dtype = DType::kF32;
-  o.seed = 7;
-  o.init_std = 0.1;
-  o.tokenizer_json = kLoraTestSource + "/data/tokenizers/gpt2/tokenizer.json";
-  return o;
-}
+inline InitCheckpointOptions LoraTestBaseModel() { return PlainTestModel(kLoraTestSource); }
 
 struct LoraTestAdapter {
   std::string name;     // directory name and fixture suffix: tests/engine/data/lora_plain_<x>.json

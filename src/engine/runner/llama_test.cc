@@ -15,6 +15,7 @@
 
 #include "engine/kernels/ops.h"
 #include "engine/model/random_checkpoint.h"
+#include "engine/model/test_models.h"
 
 namespace aicloud::engine {
 namespace {
@@ -35,27 +36,7 @@ struct RefModel {
   InitCheckpointOptions options;
 };
 
-RefModel Plain() {
-  RefModel m{"plain", {}};
-  ModelConfig& c = m.options.config;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
-  c.hidden_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.max_position_embeddings = 512;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 10000;
-  c.tie_word_embeddings = false;
-  m.options.dtype = DType::kF32;
-  m.options.seed = 7;
-  m.options.init_std = 0.1;  // larger than training-time init so the logits are not all alike
-  m.options.tokenizer_json = kSource + "/data/tokenizers/gpt2/tokenizer.json";
-  return m;
-}
+RefModel Plain() { return {"plain", PlainTestModel(kSource)}; }
 
 RefModel Llama3() {
   RefModel m{"llama3", {}};

@@ -11,6 +11,7 @@
 
 #include "engine/lora/random_adapter.h"
 #include "engine/model/random_checkpoint.h"
+#include "engine/model/test_models.h"
 #include "engine/server/api.h"
 #include "http/client.h"
 #include "http/sse.h"
@@ -22,28 +23,12 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 const std::string kSource = AICLOUD_SOURCE_DIR;
 
-// The "plain" reference model of src/engine/runner/llama_test.cc: same options, same bytes.
+// The reference fixtures' "plain" model (engine/model/test_models.h), written as "tiny".
 fs::path WriteModel() {
   static fs::path dir = [] {
     std::string t = (fs::temp_directory_path() / "engine_test.XXXXXX").string();
     fs::path d = ::mkdtemp(t.data());
-    InitCheckpointOptions o;
-    ModelConfig& c = o.config;
-    c.architecture = "LlamaForCausalLM";
-    c.model_type = "llama";
-    c.hidden_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.intermediate_size = 128;
-    c.max_position_embeddings = 512;
-    c.rms_norm_eps = 1e-5;
-    c.rope_theta = 10000;
-    o.dtype = DType::kF32;
-    o.seed = 7;
-    o.init_std = 0.1;
-    o.tokenizer_json = kSource + "/data/tokenizers/gpt2/tokenizer.json";
+    const InitCheckpointOptions o = PlainTestModel(kSource);
     StatusOr<ModelConfig> w = InitRandomCheckpoint(d / "tiny", o);
     EXPECT_TRUE(w.ok()) << w.status();
     return d / "tiny";
