@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/lora/random_adapter.h"
+#include "engine/model/model_test_util.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
 
@@ -23,21 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "lora_adapter_test.XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;  // engine/model/model_test_util.h
 
 // hidden 16, 4 heads of 4 with 2 KV heads (q 16, k/v 8), FFN 24, 2 layers.
 ModelConfig Base() {

@@ -21,6 +21,7 @@
 #include "engine/lora/lora_test_models.h"
 #include "engine/lora/registry.h"
 #include "engine/model/checkpoint.h"
+#include "engine/model/model_test_util.h"
 #include "engine/runner/llama.h"
 
 namespace aicloud::engine {
@@ -30,21 +31,7 @@ namespace fs = std::filesystem;
 using kernels::ThreadPool;
 using nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "lora_model_test.XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;  // engine/model/model_test_util.h
 
 // Sequences with consecutive blocks, each with an adapter id; builds a step's ForwardBatch.
 class Seqs {

@@ -22,6 +22,7 @@
 #include "engine/lora/lora_test_models.h"
 #include "engine/lora/registry.h"
 #include "engine/model/checkpoint.h"
+#include "engine/model/model_test_util.h"
 
 namespace aicloud::engine {
 namespace {
@@ -33,21 +34,7 @@ using kernels::VectorView;
 using kernels::WeightView;
 using nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "lora_reference_test.XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;  // engine/model/model_test_util.h
 
 WeightView ViewOf(const TensorView& t) {
   return {kernels::WeightFormatOf(t.dtype), t.shape[0], t.shape.size() > 1 ? t.shape[1] : 1, t.data};

@@ -11,27 +11,14 @@
 #include <vector>
 
 #include "engine/lora/random_adapter.h"
+#include "engine/model/model_test_util.h"
 
 namespace aicloud::engine {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "lora_registry_test.XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;  // engine/model/model_test_util.h
 
 ModelConfig Base() {
   ModelConfig c;

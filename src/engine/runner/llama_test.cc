@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/kernels/ops.h"
+#include "engine/model/model_test_util.h"
 #include "engine/model/random_checkpoint.h"
 #include "engine/model/test_models.h"
 
@@ -67,21 +68,7 @@ RefModel Llama3() {
 
 std::vector<int32_t> Prompt() { return {15496, 11, 995, 0, 314, 716, 257, 1332, 13, 40, 588, 50256, 3}; }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "runner_test.XXXXXX").string();
-    path_ = ::mkdtemp(t.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;  // engine/model/model_test_util.h
 
 // Writes the model (into AICLOUD_KEEP_MODELS/<name> when set, to regenerate fixtures) and loads it.
 std::unique_ptr<LlamaModel> LoadRef(const RefModel& m, const fs::path& tmp, ModelLoadOptions lo = {}) {
