@@ -201,6 +201,27 @@ TEST_F(ControlPlaneTest, CancelEndsTheJobAndFreesTheNode) {
   EXPECT_EQ(next["status"]["phase"], "Scheduled");
 }
 
+// A pending job that did not fit is not retried every turn, only when capacity may have grown:
+// freed resources, an uncordoned node. Each of those must place it.
+TEST_F(ControlPlaneTest, PendingJobIsPlacedWhenCapacityComesBack) {
+  std::string e = Register("a", 1);
+  Submit("first", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  json waiting = Submit("second", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  EXPECT_EQ(waiting["status"]["phase"], "Pending");
+  ASSERT_TRUE(cp_->CancelJob("nlp", "first").ok());
+  cp_->Sync();
+  EXPECT_EQ(JobNow("second")["status"]["phase"], "Scheduled") << JobNow("second").dump();
+
+  ASSERT_TRUE(cp_->Cordon("a", true).ok());
+  ASSERT_TRUE(cp_->CancelJob("nlp", "second").ok());
+  json third = Submit("third", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  EXPECT_EQ(third["status"]["phase"], "Pending");
+  ASSERT_TRUE(cp_->Cordon("a", false).ok());
+  cp_->Sync();
+  cp_->Sync();
+  EXPECT_EQ(JobNow("third")["status"]["phase"], "Scheduled") << JobNow("third").dump();
+}
+
 TEST_F(ControlPlaneTest, DrainRequeuesWithoutUsingARetry) {
   std::string e1 = Register("a", 1);
   Submit("j", {{"command", "x"}});
