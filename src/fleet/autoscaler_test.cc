@@ -1,0 +1,312 @@
+#include "fleet/autoscaler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fleet/hpa.h"
+#include "fleet/kpa.h"
+#include "fleet/slo_autoscaler.h"
+
+namespace aicloud::fleet {
+namespace {
+
+// `ready` replicas sharing `in_flight` requests evenly (running), capacity 10 per replica, so the
+// concurrency target is 7 per replica.
+DeploymentSnapshot Snap(double now, int ready, double in_flight, int starting = 0, int current = -1) {
+  DeploymentSnapshot s;
+  s.now_s = now;
+  s.capacity.max_concurrency = 10;
+  s.starting_replicas = starting;
+  s.current_replicas = current >= 0 ? current : ready + starting;
+  int left = static_cast<int>(std::lround(in_flight));
+  for (int i = 0; i < ready; ++i) {
+    ReplicaMetrics m;
+    m.id = "r" + std::to_string(i);
+    m.running = left / (ready - i);
+    left -= m.running;
+    s.replicas.push_back(m);
+  }
+  if (ready == 0) s.pending_requests = left;
+  return s;
+}
+
+TEST(HpaTest, ToleranceBandHoldsAndOutsideScales) {
+  struct Case {
+    const char* name;
+    double in_flight;  // over 10 ready replicas, target 7 each (70 total)
+    int want;
+  };
+  const Case cases[] = {
+      {"ratio 1.00", 70, 10},
+      {"ratio 1.09 inside +10%", 76, 10},
+      {"ratio 0.91 inside -10%", 64, 10},
+      {"ratio 1.20 scales up", 84, 12},
+      {"ratio 2.00 doubles", 140, 20},
+      {"ratio 3.00 capped at +100% per sync", 210, 20},
+  };
+  for (const Case& c : cases) {
+    HpaAutoscaler hpa({});
+    ScaleDecision d = hpa.Recommend(Snap(0, 10, c.in_flight));
+    EXPECT_EQ(d.desired, c.want) << c.name << ": " << d.reason;
+  }
+}
+
+TEST(HpaTest, StartingReplicasCountAsIdleOnTheWayUp) {
+  HpaAutoscaler hpa({});
+  // 2 ready at ratio 1.5, but 2 more are starting: over all 4 the ratio is 0.75.
+  ScaleDecision d = hpa.Recommend(Snap(0, 2, 21, /*starting=*/2));
+  EXPECT_EQ(d.desired, 4) << d.reason;
+}
+
+TEST(HpaTest, StabilizationWindowPreventsFlapping) {
+  HpaAutoscaler hpa({});
+  OscillationCounter osc;
+  int replicas = 10;
+  // Load alternates between high and low every sync for 10 minutes.
+  for (int k = 0; k < 40; ++k) {
+    const double t = 15.0 * k;
+    const double in_flight = (k % 2 == 0) ? 70 : 20;
+    ScaleDecision d = hpa.Recommend(Snap(t, replicas, in_flight));
+    replicas = d.desired;
+    osc.Observe(d.desired);
+    EXPECT_EQ(d.desired, 10) << "t=" << t << ": " << d.reason;
+  }
+  EXPECT_EQ(osc.direction_changes(), 0);
+  // Once the load stays low for the whole window, it scales down.
+  int last = replicas;
+  for (int k = 40; k < 70; ++k) {
+    ScaleDecision d = hpa.Recommend(Snap(15.0 * k, replicas, 14));
+    replicas = d.desired;
+    // The last high recommendation was at t = 570; it leaves the 300 s window at 870.
+    if (15.0 * k < 870) {
+      EXPECT_EQ(d.desired, 10) << "t=" << 15.0 * k << ": " << d.reason;
+    }
+    last = d.desired;
+  }
+  EXPECT_EQ(last, 2);
+}
+
+TEST(HpaTest, KeepsDecisionBetweenSyncs) {
+  HpaAutoscaler hpa({});
+  EXPECT_EQ(hpa.Recommend(Snap(0, 4, 28)).desired, 4);
+  // 5 s later the load doubled, but the next sync is at 15 s.
+  EXPECT_EQ(hpa.Recommend(Snap(5, 4, 56)).desired, 4);
+  EXPECT_EQ(hpa.Recommend(Snap(15, 4, 56)).desired, 8);
+}
+
+TEST(KpaTest, EntersPanicOnBurstAndLeavesAfterStableWindow) {
+  KpaAutoscaler kpa(KpaConfig::Knative());
+  int replicas = 5;
+  double t = 0;
+  for (; t < 60; t += 2) replicas = kpa.Recommend(Snap(t, replicas, 35)).desired;
+  EXPECT_EQ(replicas, 5);
+  EXPECT_FALSE(kpa.in_panic());
+  // A burst: 4x the target over the panic window.
+  ScaleDecision d;
+  for (int i = 0; i < 4; ++i, t += 2) d = kpa.Recommend(Snap(t, 5, 140));
+  EXPECT_TRUE(d.panic) << d.reason;
+  EXPECT_GE(d.desired, 10) << d.reason;
+  const int panic_max = d.desired;
+  const double last_over = t - 2;
+  // The burst ends; in panic the count does not go down.
+  for (; t < last_over + 58; t += 2) {
+    d = kpa.Recommend(Snap(t, panic_max, 7));
+    EXPECT_TRUE(d.panic) << "t=" << t;
+    EXPECT_EQ(d.desired, panic_max) << "t=" << t << ": " << d.reason;
+  }
+  // One stable window after the last tick over the threshold, panic ends and it scales down.
+  for (; t < last_over + 64; t += 2) d = kpa.Recommend(Snap(t, panic_max, 7));
+  EXPECT_FALSE(d.panic) << d.reason;
+  EXPECT_LT(d.desired, panic_max);
+}
+
+TEST(KpaTest, ScalesToZeroAfterIdleAndBackOnARequest) {
+  KpaAutoscaler kpa(KpaConfig::Knative());
+  ScaleDecision d = kpa.Recommend(Snap(0, 1, 3));
+  EXPECT_EQ(d.desired, 1);
+  // Idle: stays at one until the stable window (60 s) plus the grace (30 s) have passed.
+  for (double t = 2; t < 90; t += 2) {
+    d = kpa.Recommend(Snap(t, 1, 0));
+    EXPECT_EQ(d.desired, 1) << "t=" << t;
+  }
+  d = kpa.Recommend(Snap(92, 1, 0));
+  EXPECT_EQ(d.desired, 0) << d.reason;
+  // At zero, a request held at the gateway wakes it.
+  d = kpa.Recommend(Snap(200, 0, 0, 0, 0));
+  EXPECT_EQ(d.desired, 0);
+  d = kpa.Recommend(Snap(202, 0, 1, 0, 0));
+  EXPECT_EQ(d.desired, 1) << d.reason;
+}
+
+TEST(KpaTest, AibrixToleranceAndRateLimits) {
+  struct Case {
+    const char* name;
+    int ready;
+    double in_flight;
+    int want;
+  };
+  const Case cases[] = {
+      {"inside +10% band", 10, 75, 10},
+      {"above band", 10, 84, 12},
+      {"burst capped at 2x", 2, 200, 4},
+  };
+  for (const Case& c : cases) {
+    KpaAutoscaler kpa(KpaConfig::Aibrix());
+    ScaleDecision d = kpa.Recommend(Snap(0, c.ready, c.in_flight));
+    EXPECT_EQ(d.desired, c.want) << c.name << ": " << d.reason;
+  }
+  // Scale-down cooldown: a drop is held for 300 s.
+  KpaAutoscaler kpa(KpaConfig::Aibrix());
+  int replicas = kpa.Recommend(Snap(0, 10, 70)).desired;
+  for (double t = 2; t < 290; t += 2) {
+    replicas = kpa.Recommend(Snap(t, replicas, 7)).desired;
+    ASSERT_EQ(replicas, 10) << "t=" << t;
+  }
+  for (double t = 290; t < 400; t += 2) replicas = kpa.Recommend(Snap(t, replicas, 7)).desired;
+  EXPECT_LT(replicas, 10);
+  // AIBrix does not scale to zero by default.
+  EXPECT_GE(replicas, 1);
+}
+
+SloAutoscalerConfig OursConfig() {
+  SloAutoscalerConfig c;
+  c.bounds = {0, 50};
+  c.forecast.trend_window_s = 0;
+  return c;
+}
+
+TEST(SloAutoscalerTest, ScalesToZeroAfterIdleAndWakesOnARequest) {
+  SloAutoscaler ours(OursConfig());
+  int replicas = ours.Recommend(Snap(0, 2, 4)).desired;
+  EXPECT_GE(replicas, 1);
+  for (double t = 5; t < 300; t += 5) {
+    replicas = ours.Recommend(Snap(t, replicas, 0)).desired;
+    ASSERT_GE(replicas, 1) << "t=" << t;
+  }
+  replicas = ours.Recommend(Snap(305, replicas, 0)).desired;
+  EXPECT_EQ(replicas, 0);
+  EXPECT_EQ(ours.Recommend(Snap(310, 0, 0, 0, 0)).desired, 0);
+  ScaleDecision d = ours.Recommend(Snap(315, 0, 2, 0, 0));
+  EXPECT_EQ(d.desired, 1) << d.reason;
+}
+
+TEST(SloAutoscalerTest, SaturationSignalsScaleUp) {
+  struct Case {
+    const char* name;
+    int waiting_per_replica;
+    double kv;
+    double ttft_ms;
+    int want_at_least;
+  };
+  const Case cases[] = {
+      {"calm", 0, 0.3, 500, 0},
+      {"queue over 5 per replica", 8, 0.3, 500, 6},
+      {"KV over 0.8", 0, 0.9, 500, 6},
+      {"TTFT p99 over 80% of the SLO", 0, 0.3, 1700, 6},
+  };
+  for (const Case& c : cases) {
+    SloAutoscaler ours(OursConfig());
+    DeploymentSnapshot s = Snap(0, 4, 8);
+    s.slo.ttft_p99_ms = 2000;
+    for (ReplicaMetrics& r : s.replicas) {
+      r.waiting = c.waiting_per_replica;
+      r.kv_usage = c.kv;
+      r.ttft_p99_ms = c.ttft_ms;
+    }
+    ScaleDecision d = ours.Recommend(s);
+    if (c.want_at_least == 0) {
+      EXPECT_LE(d.desired, 4) << c.name << ": " << d.reason;
+    } else {
+      EXPECT_GE(d.desired, c.want_at_least) << c.name << ": " << d.reason;
+    }
+  }
+}
+
+TEST(SloAutoscalerTest, CapacityModelSizesFromTokenRates) {
+  SloAutoscaler ours(OursConfig());
+  DeploymentSnapshot s = Snap(0, 2, 4);
+  s.capacity = {32, 1000, 500};
+  s.prompt_tokens_per_s = 3500;  // 3.5 replicas of prefill
+  s.replicas[0].tokens_per_s = 350;  // 0.7 replicas of decode together
+  s.replicas[1].tokens_per_s = 0;
+  // (3.5 + 0.7) / 0.7 = 6.
+  EXPECT_EQ(ours.Recommend(s).desired, 6);
+}
+
+TEST(SloAutoscalerTest, PredictivePreWarmFiresOneLeadBeforeALearnedRise) {
+  SloAutoscalerConfig c = OursConfig();
+  c.forecast.period_s = 3600;
+  c.forecast.bin_s = 60;
+  c.lead_s = 180;
+  SloAutoscaler ours(c);
+  // Two past hours: 1 replica of load for 30 minutes, then 7.
+  for (double t = 0; t < 7200; t += 5) ours.ObserveHistory(t, std::fmod(t, 3600) < 1800 ? 1.0 : 7.0);
+  const double rise = 7200 + 1800;
+  // Today the load is still at 1 when the autoscaler runs.
+  auto at = [&](double t) {
+    DeploymentSnapshot s = Snap(t, 2, 0);
+    s.capacity = {32, 1000, 1000};
+    s.prompt_tokens_per_s = 1000;  // load 1.0
+    return ours.Recommend(s);
+  };
+  for (double t = 7200; t < rise - 240; t += 5) at(t);
+  ScaleDecision before = at(rise - 240);
+  EXPECT_EQ(before.desired, 2) << before.reason;  // ceil(1 / 0.7)
+  for (double t = rise - 235; t < rise - 180; t += 5) {
+    ScaleDecision d = at(t);
+    ASSERT_EQ(d.desired, 2) << "t=" << t - rise << ": " << d.reason;
+  }
+  ScaleDecision fired = at(rise - 180);
+  EXPECT_EQ(fired.desired, 10) << fired.reason;  // ceil(7 / 0.7)
+  EXPECT_NE(fired.reason.find("forecast"), std::string::npos);
+}
+
+TEST(SloAutoscalerTest, NoHistoryNoPreWarm) {
+  SloAutoscaler ours(OursConfig());
+  for (double t = 0; t < 1800; t += 5) {
+    DeploymentSnapshot s = Snap(t, 2, 0);
+    s.capacity = {32, 1000, 1000};
+    s.prompt_tokens_per_s = 1000;
+    ASSERT_EQ(ours.Recommend(s).desired, 2) << "t=" << t;
+  }
+}
+
+TEST(OscillationCounterTest, CountsDirectionChanges) {
+  OscillationCounter osc;
+  for (int d : {1, 2, 3, 3, 2, 3, 1, 1}) osc.Observe(d);
+  EXPECT_EQ(osc.direction_changes(), 3);
+  EXPECT_EQ(osc.scale_events(), 5);
+}
+
+TEST(AutoscalerFactoryTest, NamesAndErrors) {
+  for (const std::string& name : AutoscalerNames()) {
+    StatusOr<std::unique_ptr<Autoscaler>> a = MakeAutoscaler(name, {0, 10});
+    ASSERT_TRUE(a.ok()) << name;
+    EXPECT_EQ((*a)->name(), name);
+    EXPECT_GT((*a)->tick_seconds(), 0);
+  }
+  StatusOr<std::unique_ptr<Autoscaler>> bad = MakeAutoscaler("vpa", {0, 10});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("hpa, kpa, aibrix, ours"), std::string::npos);
+  EXPECT_FALSE(MakeAutoscaler("hpa", {5, 2}).ok());
+  EXPECT_FALSE(MakeAutoscaler("hpa", {-1, 2}).ok());
+}
+
+TEST(AutoscalerFactoryTest, DesiredAlwaysWithinBounds) {
+  for (const std::string& name : AutoscalerNames()) {
+    StatusOr<std::unique_ptr<Autoscaler>> a = MakeAutoscaler(name, {2, 6});
+    ASSERT_TRUE(a.ok());
+    for (double t = 0; t < 600; t += 2) {
+      const double load = (static_cast<int>(t) / 60) % 2 == 0 ? 500 : 0;
+      ScaleDecision d = (*a)->Recommend(Snap(t, 4, load));
+      ASSERT_GE(d.desired, 2) << name << " t=" << t;
+      ASSERT_LE(d.desired, 6) << name << " t=" << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace aicloud::fleet

@@ -1,0 +1,67 @@
+// LoadForecaster: predicts a deployment's load a lead time ahead, so replicas (and the nodes
+// under them) can be asked for before a rise arrives instead of after it.
+//
+// Two parts, the larger forecast wins:
+//   periodic  a profile of the load per time-of-period bin (a day by default), each bin an
+//             exponentially smoothed mean over the periods seen so far (weight `smoothing` on
+//             the newest). The forecast for t+h is the profile at t+h shifted by how far the
+//             current load is from the profile now (a quiet day stays quiet). Only bins that
+//             have closed are learned, so the forecast never uses the future.
+//   trend     the slope between the older and newer halves of the last `trend_window_s` of
+//             observations, rises only,
+//             extrapolated at most `trend_horizon_s` ahead and capped at `max_trend_ratio` x
+//             the current level; it needs no history.
+//
+//   LoadForecaster f({.period_s = 3600, .bin_s = 60});
+//   every tick: f.Observe(now_s, replicas_of_load);
+//   double ahead = f.PeakAhead(now_s, /*horizon_s=*/210);  // highest forecast over the lead
+//
+// Not thread-safe. Deterministic.
+#pragma once
+
+#include <vector>
+
+#include "fleet/window.h"
+
+namespace aicloud::fleet {
+
+struct ForecasterConfig {
+  double period_s = 86400;     // the repeating cycle; 3600 makes a 1-hour trace testable
+  double bin_s = 300;
+  double smoothing = 0.5;      // EWMA weight of the newest period in a bin
+  double level_window_s = 60;  // "current load" = mean of this window
+  double trend_window_s = 120; // 0 disables the trend part
+  double trend_horizon_s = 60;
+  double max_trend_ratio = 1.5;
+};
+
+class LoadForecaster {
+ public:
+  explicit LoadForecaster(ForecasterConfig config = {});
+
+  // REQUIRES: t_s does not decrease between calls.
+  void Observe(double t_s, double value);
+  // Periodic and trend forecasts for t = now_s + horizon_s (max of the two; the level when
+  // neither applies).
+  double Forecast(double now_s, double horizon_s) const;
+  // Highest Forecast over [now_s, now_s + horizon_s], sampled every bin and at the end.
+  double PeakAhead(double now_s, double horizon_s) const;
+  // The learned value of the bin holding time t (< 0 when not learned yet).
+  double Profile(double t_s) const;
+  double Level(double now_s) const { return recent_.Mean(now_s, config_.level_window_s); }
+  const ForecasterConfig& config() const { return config_; }
+
+ private:
+  int Slot(double t_s) const;
+  double PeriodicForecast(double now_s, double horizon_s) const;  // < 0 when unknown
+  double TrendForecast(double now_s, double horizon_s) const;
+
+  ForecasterConfig config_;
+  std::vector<double> profile_;  // per slot; < 0 = not learned
+  long long open_bin_ = -1;      // absolute bin index being accumulated
+  double open_sum_ = 0;
+  int open_count_ = 0;
+  SampleWindow recent_;
+};
+
+}  // namespace aicloud::fleet

@@ -1,0 +1,68 @@
+#include "fleet/forecaster.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace aicloud::fleet {
+namespace {
+
+ForecasterConfig Hourly() {
+  ForecasterConfig c;
+  c.period_s = 3600;
+  c.bin_s = 60;
+  c.trend_window_s = 0;
+  return c;
+}
+
+TEST(LoadForecasterTest, LearnsNothingBeforeABinCloses) {
+  LoadForecaster f(Hourly());
+  for (double t = 0; t < 59; t += 1) f.Observe(t, 5);
+  EXPECT_LT(f.Profile(0), 0);
+  f.Observe(60, 5);
+  EXPECT_DOUBLE_EQ(f.Profile(0), 5);
+  EXPECT_DOUBLE_EQ(f.Profile(3600), 5);  // same slot next period
+  EXPECT_LT(f.Profile(60), 0);           // the open bin is not learned yet
+}
+
+TEST(LoadForecasterTest, SmoothsAcrossPeriods) {
+  LoadForecaster f(Hourly());
+  f.Observe(0, 10);
+  f.Observe(60, 0);
+  f.Observe(3600, 20);
+  f.Observe(3660, 0);
+  // 0.5 * 20 + 0.5 * 10.
+  EXPECT_DOUBLE_EQ(f.Profile(0), 15);
+}
+
+TEST(LoadForecasterTest, ForecastShiftsTheShapeByTodaysLevel) {
+  LoadForecaster f(Hourly());
+  for (double t = 0; t < 3600; t += 5) f.Observe(t, t < 1800 ? 2 : 6);
+  // Next period runs one unit hotter than the profile.
+  for (double t = 3600; t < 3600 + 1200; t += 5) f.Observe(t, 3);
+  const double now = 3600 + 1195;
+  EXPECT_NEAR(f.Forecast(now, 0), 3, 1e-9);
+  EXPECT_NEAR(f.Forecast(now, 1800 - 1195 + 10), 7, 1e-9);
+  EXPECT_NEAR(f.PeakAhead(now, 700), 7, 1e-9);
+  EXPECT_NEAR(f.PeakAhead(now, 500), 3, 1e-9);
+}
+
+TEST(LoadForecasterTest, TrendCatchesARiseButNotAFall) {
+  ForecasterConfig c = Hourly();
+  c.trend_window_s = 120;
+  c.trend_horizon_s = 60;
+  c.max_trend_ratio = 10;
+  {
+    LoadForecaster f(c);
+    for (double t = 0; t <= 120; t += 1) f.Observe(t, t / 10);  // +0.1 per second
+    EXPECT_GT(f.Forecast(120, 60), f.Level(120) + 5);
+  }
+  {
+    LoadForecaster f(c);
+    for (double t = 0; t <= 120; t += 1) f.Observe(t, 12 - t / 10);
+    EXPECT_NEAR(f.Forecast(120, 60), f.Level(120), 1e-9);
+  }
+}
+
+}  // namespace
+}  // namespace aicloud::fleet

@@ -1,0 +1,101 @@
+#include "fleet/slo_autoscaler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace aicloud::fleet {
+
+SloAutoscaler::SloAutoscaler(SloAutoscalerConfig config)
+    : config_(config),
+      forecaster_(config.forecast),
+      load_(std::max(config.load_window_s, 1.0)),
+      recommendations_(std::max(config.scale_down_window_s, 1.0)) {}
+
+double SloAutoscaler::Load(const DeploymentSnapshot& s) {
+  const ReplicaCapacity& c = s.capacity;
+  if (c.prefill_tokens_per_s <= 0 || c.decode_tokens_per_s <= 0) {
+    return s.InFlight() / std::max(c.max_concurrency, 1.0);
+  }
+  double generated = 0;
+  for (const ReplicaMetrics& r : s.replicas) generated += r.tokens_per_s;
+  return s.prompt_tokens_per_s / c.prefill_tokens_per_s + generated / c.decode_tokens_per_s;
+}
+
+ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
+  const double now = s.now_s;
+  const int ready = s.ready();
+  const int current = s.current_replicas;
+  const double u = config_.target_utilization;
+  const double load = Load(s);
+  load_.Add(now, load);
+  forecaster_.Observe(now, load);
+  const double in_flight = s.InFlight();
+  if (in_flight > 0 || s.arrival_rps > 0 || last_active_s_ < 0) last_active_s_ = now;
+
+  // 1. Reactive size from the offered work.
+  const double mean_load = load_.Mean(now, config_.load_window_s, load);
+  int rec = static_cast<int>(std::ceil(mean_load / u - 1e-9));
+  std::string why = fmt::format("ours: load {:.2f} replicas at {:.0f}% -> {}", mean_load, u * 100, rec);
+
+  // 2. Saturation and SLO pressure.
+  if (ready > 0) {
+    const double queue = static_cast<double>(s.TotalWaiting()) / ready;
+    const double kv = s.MeanKvUsage();
+    const double ttft = s.WorstTtftMs();
+    std::string signal;
+    if (queue > config_.queue_per_replica_high) signal = fmt::format("queue {:.1f}/replica", queue);
+    else if (kv > config_.kv_high) signal = fmt::format("KV {:.2f}", kv);
+    else if (s.slo.ttft_p99_ms > 0 && ttft > config_.ttft_slo_fraction * s.slo.ttft_p99_ms)
+      signal = fmt::format("TTFT p99 {:.0f} ms vs SLO {:.0f}", ttft, s.slo.ttft_p99_ms);
+    if (!signal.empty()) {
+      const int pressed = ready + std::max(1, static_cast<int>(std::ceil(ready * config_.scale_up_step)));
+      if (pressed > rec) {
+        rec = pressed;
+        why = fmt::format("ours: {} -> {}", signal, rec);
+      }
+    }
+  } else if (in_flight > 0) {
+    rec = std::max(rec, 1);
+  }
+
+  // 3. Look ahead one provisioning lead.
+  if (config_.predictive) {
+    const double ahead = forecaster_.PeakAhead(now, config_.lead_s);
+    const int predicted = static_cast<int>(std::ceil(ahead / u - 1e-9));
+    if (predicted > rec) {
+      rec = predicted;
+      why = fmt::format("ours: forecast {:.2f} replicas of load within {:.0f} s -> {}", ahead,
+                        config_.lead_s, rec);
+    }
+  }
+
+  const ScaleBounds& b = config_.bounds;
+  rec = std::clamp(rec, b.min_replicas, b.max_replicas);
+  recommendations_.Add(now, rec);
+
+  // 4. Scale down slowly and not for small differences.
+  int desired = rec;
+  if (rec < current) {
+    const int held = static_cast<int>(recommendations_.Max(now, config_.scale_down_window_s, rec));
+    desired = std::min(current, held);
+    if (desired >= static_cast<int>(std::ceil(current * (1 - config_.scale_down_tolerance)))) desired = current;
+    desired = std::max(desired, static_cast<int>(std::floor(current / config_.max_scale_down_rate)));
+    if (desired != rec) why += fmt::format("; down held at {}", desired);
+  }
+
+  // 5. Scale to zero after an idle period; wake on demand.
+  if (b.min_replicas == 0) {
+    const bool idle = in_flight == 0 && s.arrival_rps == 0 && now - last_active_s_ >= config_.idle_to_zero_s;
+    if (idle && rec == 0) {
+      desired = 0;
+      why = fmt::format("ours: idle for {:.0f} s, scale to zero", now - last_active_s_);
+    } else if (desired == 0 && (!idle || in_flight > 0)) {
+      desired = 1;
+    }
+  }
+  return {std::clamp(desired, b.min_replicas, b.max_replicas), why, false};
+}
+
+}  // namespace aicloud::fleet

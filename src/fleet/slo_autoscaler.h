@@ -1,0 +1,74 @@
+// SloAutoscaler ("ours"): sizes a deployment from the work it is offered, corrects on SLO and
+// saturation signals, and looks ahead by the time a new replica takes to become ready.
+//
+// Each tick (5 s):
+//   1. load    L = prompt tokens/s / capacity.prefill_tokens_per_s
+//                + generated tokens/s / capacity.decode_tokens_per_s
+//              (replicas' worth of work at 100%; in-flight / max_concurrency when the capacity
+//              has no token rates). Prompt tokens come from the gateway's arrival counters,
+//              generated tokens from the replicas' own tokens/s. The reactive size is
+//              ceil(mean L over `load_window_s` / target_utilization).
+//   2. pressure  when waiting requests per ready replica exceed `queue_per_replica_high` (GIE
+//              saturation detector: 5), mean KV usage exceeds `kv_high` (GIE: 0.8), or a
+//              replica's TTFT p99 exceeds `ttft_slo_fraction` of the SLO: at least
+//              ready x (1 + scale_up_step), computed from ready replicas so it does not compound
+//              while replicas start.
+//   3. predict the LoadForecaster's highest forecast over the next `lead_s` (provisioning delay
+//              + cold start), divided by the target utilization: replicas are asked for one lead
+//              time before a learned rise.
+//   4. down    the highest recommendation of the last `scale_down_window_s` (HPA-style
+//              stabilization, shorter than HPA's 300 s because 3 covers rises), no move inside a
+//              10% band, at most halving per tick (AIBrix's max-scale-down-rate 2).
+//   5. zero    with bounds.min_replicas == 0: nothing arrived or in flight for `idle_to_zero_s`
+//              (KEDA's cooldownPeriod, 300 s) and no rise forecast -> 0. Requests held at the
+//              gateway wake it to >= 1.
+#pragma once
+
+#include "fleet/autoscaler.h"
+#include "fleet/forecaster.h"
+#include "fleet/window.h"
+
+namespace aicloud::fleet {
+
+struct SloAutoscalerConfig {
+  ScaleBounds bounds{0, 100};
+  double tick_s = 5;
+  double target_utilization = 0.7;
+  double load_window_s = 30;
+  double queue_per_replica_high = 5;
+  double kv_high = 0.8;
+  double ttft_slo_fraction = 0.8;
+  double scale_up_step = 0.5;
+  double scale_down_tolerance = 0.1;
+  double scale_down_window_s = 180;
+  double max_scale_down_rate = 2;
+  double idle_to_zero_s = 300;
+  double lead_s = 210;          // 180 s node provisioning + 30 s replica cold start
+  bool predictive = true;
+  ForecasterConfig forecast;
+};
+
+class SloAutoscaler final : public Autoscaler {
+ public:
+  explicit SloAutoscaler(SloAutoscalerConfig config);
+  std::string_view name() const override { return "ours"; }
+  double tick_seconds() const override { return config_.tick_s; }
+  ScaleDecision Recommend(const DeploymentSnapshot& s) override;
+
+  // Feeds the forecaster a past load sample (replicas' worth of work, step 1's L) without
+  // deciding anything: a controller warms it from stored history after a restart, and the
+  // simulator from the days before the replayed one.
+  void ObserveHistory(double t_s, double load) { forecaster_.Observe(t_s, load); }
+  // Step 1's L for a snapshot.
+  static double Load(const DeploymentSnapshot& s);
+  const LoadForecaster& forecaster() const { return forecaster_; }
+
+ private:
+  SloAutoscalerConfig config_;
+  LoadForecaster forecaster_;
+  SampleWindow load_;
+  SampleWindow recommendations_;
+  double last_active_s_ = -1;
+};
+
+}  // namespace aicloud::fleet
