@@ -21,8 +21,11 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kMaxRows = 24;
 constexpr int64_t kMaxRunTokens = 8;
 
-// Smallest share of a context (in blocks) worth a work item of its own.
-constexpr int64_t kMinPartBlocks = 8;
+// A context is summed in parts of this many blocks at fixed boundaries (0, kPartBlocks, ...):
+// the parts of long contexts run in parallel and are merged in order. The cut depends only on
+// the token's own context, never on the batch, so a token's attention has the same bits alone
+// or next to any other tokens.
+constexpr int64_t kPartBlocks = 16;
 
 // Shapes the AVX2 kernel takes; anything else runs the scalar kernel.
 constexpr int64_t kMaxHeadDim = 256;
@@ -238,7 +241,7 @@ AICLOUD_AVX2 void WidenHalf(const uint16_t* h, int64_t n, float* out) {
 // read only for positions below the run's longest context.
 template <typename T>
 AICLOUD_AVX2 void AttendAvx2Impl(const Job& job, const Run& run, int64_t kv_head, int64_t part,
-                                 int64_t parts, float* partial) {
+                                 float* partial) {
   const KvCacheView& kv = *job.kv;
   const int64_t dim = kv.head_dim;
   const int64_t bs = kv.block_size;
@@ -273,8 +276,8 @@ AICLOUD_AVX2 void AttendAvx2Impl(const Job& job, const Run& run, int64_t kv_head
   const int64_t blocks = (max_ctx + bs - 1) / bs;
   const __m256 neg_inf = _mm256_set1_ps(kNegInf);
 
-  const int64_t b_end = blocks * (part + 1) / parts;
-  for (int64_t b = blocks * part / parts; b < b_end; ++b) {
+  const int64_t b_end = std::min(blocks, (part + 1) * kPartBlocks);
+  for (int64_t b = part * kPartBlocks; b < b_end; ++b) {
     const int64_t block = last.block_table[static_cast<size_t>(b)];
     const int64_t base = b * bs;
     const int64_t valid = std::min(bs, max_ctx - base);
@@ -359,20 +362,20 @@ AICLOUD_AVX2 void AttendAvx2Impl(const Job& job, const Run& run, int64_t kv_head
     for (int64_t j = 0; j < g; ++j) {
       const int64_t r = i * g + j;
       float* o = job.out + t * job.out_stride + (kv_head * g + j) * dim;
-      const __m256 inv = _mm256_set1_ps(1.0f / l[r]);
+      // Divided, not multiplied by 1 / l: Merge of a single part gives exactly this.
+      const __m256 vl = _mm256_set1_ps(l[r]);
       for (int64_t d = 0; d < dim; d += 8) {
-        _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(acc + r * dim + d), inv));
+        _mm256_storeu_ps(o + d, _mm256_div_ps(_mm256_loadu_ps(acc + r * dim + d), vl));
       }
     }
   }
 }
 
-void AttendAvx2(const Job& job, const Run& run, int64_t kv_head, int64_t part, int64_t parts,
-                float* partial) {
+void AttendAvx2(const Job& job, const Run& run, int64_t kv_head, int64_t part, float* partial) {
   if (job.kv->type == DType::kF16) {
-    return AttendAvx2Impl<uint16_t>(job, run, kv_head, part, parts, partial);
+    return AttendAvx2Impl<uint16_t>(job, run, kv_head, part, partial);
   }
-  AttendAvx2Impl<float>(job, run, kv_head, part, parts, partial);
+  AttendAvx2Impl<float>(job, run, kv_head, part, partial);
 }
 
 AICLOUD_AVX2 void StoreKvAvx2Row(const KvCacheView& kv, int64_t block, int64_t slot,
@@ -539,54 +542,58 @@ void PagedAttention(ThreadPool& pool, const float* q, int64_t q_stride,
   const int64_t items = static_cast<int64_t>(runs.size()) * kv.kv_heads;
   const std::vector<Run>& run_list = runs;  // the workers read the caller's runs
 
-  // Few, long items (one sequence decoding: kv_heads items for `threads` threads) leave
-  // threads idle: then each item's context is cut into parts of at least kMinPartBlocks blocks,
-  // run in parallel and merged.
-  int64_t parts = 1;
-  if (avx2 && items < 2 * pool.num_threads()) {
-    int64_t min_blocks = std::numeric_limits<int64_t>::max();
-    for (const Run& r : runs) {
-      const int64_t ctx = tokens[static_cast<size_t>(r.first + r.count - 1)].context_len;
-      min_blocks = std::min(min_blocks, (ctx + kv.block_size - 1) / kv.block_size);
-    }
-    const int64_t wanted = (4 * pool.num_threads() + items - 1) / items;
-    parts = std::clamp<int64_t>(min_blocks / kMinPartBlocks, 1, wanted);
+  // Work units: each item's context in parts of kPartBlocks blocks (AVX2 kernel only; the
+  // scalar kernel sums a context in one piece). An item of one part is computed in place;
+  // the parts of longer ones leave partial sums that Merge combines in part order.
+  thread_local std::vector<int64_t> first_unit;  // per item, its first unit; then the total
+  thread_local std::vector<int64_t> unit_item;
+  first_unit.assign(static_cast<size_t>(items) + 1, 0);
+  unit_item.clear();
+  for (int64_t item = 0; item < items; ++item) {
+    const Run& r = run_list[static_cast<size_t>(item / kv.kv_heads)];
+    const int64_t ctx = tokens[static_cast<size_t>(r.first + r.count - 1)].context_len;
+    const int64_t blocks = (ctx + kv.block_size - 1) / kv.block_size;
+    const int64_t parts = avx2 ? std::max<int64_t>(1, (blocks + kPartBlocks - 1) / kPartBlocks) : 1;
+    first_unit[static_cast<size_t>(item) + 1] = first_unit[static_cast<size_t>(item)] + parts;
+    unit_item.insert(unit_item.end(), static_cast<size_t>(parts), item);
   }
-
-  if (parts == 1) {
-    pool.ParallelFor(items, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const Run& run = run_list[static_cast<size_t>(i / kv.kv_heads)];
-        const int64_t kv_head = i % kv.kv_heads;
-#ifdef AICLOUD_KERNELS_HAVE_AVX2
-        if (avx2) {
-          AttendAvx2(job, run, kv_head, 0, 1, nullptr);
-          continue;
-        }
-#endif
-        AttendScalar(job, run, kv_head);
-      }
-    });
-    return;
-  }
+  const int64_t units = first_unit[static_cast<size_t>(items)];
+  const std::vector<int64_t>& starts = first_unit;
+  const std::vector<int64_t>& owner = unit_item;
 
 #ifdef AICLOUD_KERNELS_HAVE_AVX2
   thread_local std::vector<float> partial_buf;
   const int64_t stride = PartialFloats(kv.head_dim);
-  if (partial_buf.size() < static_cast<size_t>(items * parts * stride)) {
-    partial_buf.resize(static_cast<size_t>(items * parts * stride));
+  if (units > items && partial_buf.size() < static_cast<size_t>(units * stride)) {
+    partial_buf.resize(static_cast<size_t>(units * stride));
   }
   float* partials = partial_buf.data();
-  pool.ParallelFor(items * parts, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t item = i / parts;
-      AttendAvx2(job, run_list[static_cast<size_t>(item / kv.kv_heads)], item % kv.kv_heads,
-                 i % parts, parts, partials + i * stride);
+#endif
+  pool.ParallelFor(units, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t item = owner[static_cast<size_t>(u)];
+      const Run& run = run_list[static_cast<size_t>(item / kv.kv_heads)];
+      const int64_t kv_head = item % kv.kv_heads;
+#ifdef AICLOUD_KERNELS_HAVE_AVX2
+      if (avx2) {
+        const int64_t first = starts[static_cast<size_t>(item)];
+        const bool split = starts[static_cast<size_t>(item) + 1] - first > 1;
+        AttendAvx2(job, run, kv_head, u - first, split ? partials + u * stride : nullptr);
+        continue;
+      }
+#endif
+      AttendScalar(job, run, kv_head);
     }
   });
+#ifdef AICLOUD_KERNELS_HAVE_AVX2
+  if (units == items) return;
   for (int64_t item = 0; item < items; ++item) {
-    Merge(job, run_list[static_cast<size_t>(item / kv.kv_heads)], item % kv.kv_heads, parts,
-          partials + item * parts * stride);
+    const int64_t first = starts[static_cast<size_t>(item)];
+    const int64_t parts = starts[static_cast<size_t>(item) + 1] - first;
+    if (parts > 1) {
+      Merge(job, run_list[static_cast<size_t>(item / kv.kv_heads)], item % kv.kv_heads, parts,
+            partials + first * stride);
+    }
   }
 #endif
 }

@@ -16,9 +16,11 @@
 // however long the context. Grouped-query attention: query head h reads KV head
 // h / (heads / kv_heads). Work is split over (runs of up to 8 consecutive tokens of the same
 // sequence) x (KV head), so the query heads sharing a KV head, and the tokens of a prefill
-// chunk, read each K/V block once. When that gives fewer items than twice the pool's threads
-// (one sequence decoding has only kv_heads items), each item's context is also cut into parts
-// of at least 8 blocks that run in parallel and are merged by their softmax statistics.
+// chunk, read each K/V block once. A context longer than 16 blocks is cut into parts of 16
+// blocks at fixed boundaries that run in parallel and are merged, in order, by their softmax
+// statistics (one sequence decoding would otherwise leave threads idle). The cut depends only
+// on the token's own context, and every row is summed the same way whatever else is in its
+// work item, so a token's result is bit-identical alone or in any batch.
 //
 //   KvCacheView kv{DType::kF16, num_blocks, 16, /*kv_heads=*/3, /*head_dim=*/64, k_pool, v_pool};
 //   StoreKv(kv, slots, k_new, k_stride, v_new, v_stride, tokens);   // this step's K/V first

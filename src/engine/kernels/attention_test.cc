@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -214,6 +215,39 @@ TEST(PagedAttention, LongContextWithLargeScores) {
         for (size_t i = 0; i < out.size(); ++i) {
           ASSERT_NEAR(out[i], want[i], kLargeTol) << IsaName(isa) << " batch " << bi << " threads "
                                              << threads << " elem " << i;
+        }
+      }
+    }
+  }
+}
+
+// A token's attention has the same bits alone and in any batch: decoding next to other
+// sequences, inside a prefill run of its own sequence, with 1-3 threads, and for contexts on
+// both sides of the 16-block part boundary (long contexts are summed in fixed parts).
+TEST(PagedAttention, BatchInvariant) {
+  for (DType type : {DType::kF32, DType::kF16}) {
+    const int64_t kv_heads = 3, group = 3, dim = 64, heads = kv_heads * group, width = heads * dim;
+    const std::vector<int64_t> lengths = {700, 250, 257, 40};  // 44, 16, 17 and 3 blocks of 16
+    Fixture f(type, 16, kv_heads, dim, lengths, 77);
+    const float scale = 0.125f;
+    // The batch: a prefill run of sequence 0 (contexts 250..260, straddling blocks 16 and 17)
+    // and one decode token of every sequence.
+    std::vector<AttentionToken> batch;
+    for (int32_t ctx = 250; ctx <= 260; ++ctx) batch.push_back({f.tables[0], ctx});
+    for (size_t s = 0; s < lengths.size(); ++s) batch.push_back({f.tables[s], static_cast<int32_t>(lengths[s])});
+    const auto q = RandomVector(batch.size() * width, 78, 1.0f);
+    for (Isa isa : TestIsas()) {
+      ScopedIsa scoped(isa);
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        std::vector<float> all(batch.size() * width), one(width);
+        PagedAttention(pool, q.data(), width, batch, heads, f.kv, scale, all.data(), width);
+        for (size_t t = 0; t < batch.size(); ++t) {
+          PagedAttention(pool, q.data() + t * width, width, std::span(&batch[t], 1), heads, f.kv,
+                         scale, one.data(), width);
+          ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * width, width * sizeof(float)))
+              << DTypeName(type) << " " << IsaName(isa) << " threads=" << threads << " token " << t
+              << " (context " << batch[t].context_len << ") alone differs from in the batch";
         }
       }
     }

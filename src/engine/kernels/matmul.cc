@@ -81,7 +81,6 @@ void ConvertPanel(const WeightView& w, int64_t n0, int64_t n1, int64_t k0, int64
 
 namespace {
 
-using internal::kMaxKChunk;
 using internal::kPanelRows;
 using internal::kTaskRows;
 
@@ -123,25 +122,39 @@ void Gemv(ThreadPool& pool, const float* x, const WeightView& w, float* y,
   }, grain);
 }
 
-// y rows [i0, i1) x cols [n0, n1) += x * panel^T over k in [0, kc); the scalar tile.
-void GemmBlockScalar(const float* x, int64_t ldx, int64_t m, const float* p, int64_t ldp, int64_t n,
-                     int64_t kc, float* y, int64_t ldy, bool accumulate) {
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      float s = 0.0f;
-      for (int64_t k = 0; k < kc; ++k) s += x[i * ldx + k] * p[j * ldp + k];
-      y[i * ldy + j] = accumulate ? y[i * ldy + j] + s : s;
-    }
-  }
-}
-
-void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, float* y) {
-  const bool avx2 = ActiveIsa() == Isa::kAvx2;
+// Q8 weights times x quantized to int8 per row, in int8 register tiles: the same arithmetic per
+// element as the m == 1 path, so batching a row with others never changes its result.
+void GemmQ8Int8(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, float* y) {
   const int64_t n = w.rows;
   const int64_t k = w.cols;
-  // K chunks of (nearly) equal size, multiples of 32 so Q8 blocks are never split.
-  const int64_t num_k = (k + kMaxKChunk - 1) / kMaxKChunk;
-  const int64_t kc_max = std::min(k, ((k + num_k - 1) / num_k + 31) / 32 * 32);
+  const int64_t blocks = k / kQ8BlockSize;
+  thread_local std::vector<int8_t> q_buf;
+  thread_local std::vector<float> d_buf;
+  int8_t* q = Scratch(q_buf, static_cast<size_t>(m * k));
+  float* d = Scratch(d_buf, static_cast<size_t>(m * blocks));
+  pool.ParallelFor(m, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) internal::QuantizeActivations(x + i * k, k, q + i * k, d + i * blocks);
+  }, 8);
+  const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
+  const int64_t row_tasks = (m + kTaskRows - 1) / kTaskRows;
+  pool.ParallelFor(panels * row_tasks, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t i0 = (t / panels) * kTaskRows;
+      const int64_t i1 = std::min(m, i0 + kTaskRows);
+      const int64_t n0 = (t % panels) * kPanelRows;
+      const int64_t n1 = std::min(n, n0 + kPanelRows);
+#if defined(__x86_64__)
+      internal::GemmQ8Int8Avx2(q + i0 * k, d + i0 * blocks, i1 - i0, blocks, w, n0, n1, y + i0 * n, n);
+#endif
+    }
+  });
+}
+
+// Float weights (Q8 dequantized when float activations were asked for); AVX2 only.
+void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, float* y) {
+  const int64_t n = w.rows;
+  const int64_t k = w.cols;
+  const int64_t kc_max = internal::KChunk(k);
   const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
   const int64_t row_tasks = (m + kTaskRows - 1) / kTaskRows;
   const bool in_place = w.format == WeightFormat::kF32;
@@ -170,12 +183,8 @@ void Gemm(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, floa
         const float* xb = x + i0 * k + k0;
         float* yb = y + i0 * n + n0;
 #if defined(__x86_64__)
-        if (avx2) {
-          internal::GemmBlockAvx2(xb, k, i1 - i0, p, ldp, n1 - n0, k1 - k0, yb, n, k0 > 0);
-          continue;
-        }
+        internal::GemmBlockAvx2(xb, k, i1 - i0, p, ldp, n1 - n0, k1 - k0, yb, n, k0 > 0);
 #endif
-        GemmBlockScalar(xb, k, i1 - i0, p, ldp, n1 - n0, k1 - k0, yb, n, k0 > 0);
       }
     }
   });
@@ -191,6 +200,13 @@ void MatMul(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, fl
     return;
   }
   if (m == 1) return Gemv(pool, x, w, y, options);
+  const bool int8_x = w.format == WeightFormat::kQ8 && options.q8_activations == Q8Activations::kInt8;
+  if (ActiveIsa() != Isa::kAvx2) {
+    // The scalar kernels: one GEMV per row of x, the same arithmetic as m == 1.
+    for (int64_t i = 0; i < m; ++i) Gemv(pool, x + i * w.cols, w, y + i * w.rows, options);
+    return;
+  }
+  if (int8_x) return GemmQ8Int8(pool, x, m, w, y);
   Gemm(pool, x, m, w, y);
 }
 

@@ -9,8 +9,15 @@
 //   a task converts one panel to float into a per-thread buffer (F32 weights are used in
 //   place) and a 4x3 register-tiled kernel multiplies it with up to 256 rows of x, so each
 //   weight is fetched from memory once per 256 activation rows, not once per row.
-// For Q8, m == 1 multiplies int8 weights with x quantized to int8 blocks (see Q8Activations);
-// m > 1 dequantizes panels to float. Both paths are tested against MatMulReference.
+// For Q8, x is quantized to int8 blocks (see Q8Activations) and multiplied with the int8
+// weights: at m == 1 row by row, at m > 1 in int8 register tiles over 48-row panels.
+//
+// Batch invariance: every element of y is computed with the same operations in the same order
+// whatever m is (the GEMV sums a row in the GEMM tile's K chunks and lanes; the int8 tile
+// repeats the GEMV's block sums), so a row's result is bit-identical alone or in any batch, and
+// a sequence's output never depends on which other sequences share its step. (Not for the
+// non-default Q8Activations::kFloat, whose m > 1 path dequantizes panels to float.) Tested in
+// matmul_test (BatchInvariant) and end to end in the engine tests.
 //
 // On the 2-core AVX2 EPYC this was written for (bench/engine_kernels_bench.cc): m == 1 streams
 // 16-20 GB/s of weights with 2 threads, so F16 finishes 1.3-2x and Q8 1.5-3.9x sooner than

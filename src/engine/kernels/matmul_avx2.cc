@@ -46,7 +46,7 @@ AICLOUD_AVX2_INLINE void PrefetchNextGroup(const std::byte* r0, size_t ahead, in
   constexpr size_t kElem = F == WeightFormat::kF32 ? 4 : 2;
   const size_t row = ahead / 4;
   const char* p = reinterpret_cast<const char*>(r0) + ahead + static_cast<size_t>(k) * kElem;
-  if (kElem == 4 || (k & 31) == 0) {  // one hint per 64-byte line of each row
+  if ((k & (kElem == 4 ? 15 : 31)) == 0) {  // one hint per 64-byte line of each row
     _mm_prefetch(p, _MM_HINT_T0);
     _mm_prefetch(p + row, _MM_HINT_T0);
     _mm_prefetch(p + 2 * row, _MM_HINT_T0);
@@ -57,65 +57,56 @@ AICLOUD_AVX2_INLINE void PrefetchNextGroup(const std::byte* r0, size_t ahead, in
 // Next group for Q8 too (measured: 4, 8 and 16 rows ahead stream at the same rate).
 constexpr size_t kQ8PrefetchRows = 4;
 
-// Four rows against one x: two accumulators per row hide the FMA latency.
+// The last n < 8 weights of a row from column k, zero-filled to eight floats (what a masked
+// load of a converted panel gives the GEMM tile).
+template <WeightFormat F>
+AICLOUD_AVX2_INLINE __m256 LoadTail(const std::byte* row, int64_t k, int64_t n) {
+  alignas(32) float t[8] = {};
+  for (int64_t i = 0; i < n; ++i) t[i] = Load1<F>(row, k + i);
+  return _mm256_load_ps(t);
+}
+
+// Four rows against one x, each element summed exactly as Tile sums it in the GEMM: per K
+// chunk (KChunk) one 8-lane accumulator, x * w fused-added in column order, a zero-masked
+// tail, HorizontalSum4, and the chunks added to y in order. So a row's result has the same
+// bits at m == 1 as in any batch, and a sequence's tokens do not depend on its neighbours.
+// One FMA chain per row is enough: the loop waits on memory, not on FMA latency.
 template <WeightFormat F>
 AICLOUD_AVX2 void GemvFloatRows(const float* x, const WeightView& w, int64_t n0, int64_t n1,
                                 float* y) {
   const int64_t kk = w.cols;
-  const int64_t k16 = kk / 16 * 16;
-  const int64_t k8 = kk / 8 * 8;
+  const int64_t kc = KChunk(kk);
   const size_t ahead = 4 * w.row_bytes();  // the next group of four rows
-  int64_t n = n0;
-  for (; n + 4 <= n1; n += 4) {
+  for (int64_t n = n0; n < n1; n += 4) {
+    const int64_t rows = std::min<int64_t>(4, n1 - n);
+    // A short last group repeats its last row; the extra sums are not stored.
     const std::byte* r0 = w.row(n);
-    const std::byte* r1 = w.row(n + 1);
-    const std::byte* r2 = w.row(n + 2);
-    const std::byte* r3 = w.row(n + 3);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m256 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    int64_t k = 0;
-    for (; k < k16; k += 16) {
-      PrefetchNextGroup<F>(r0, ahead, k);
-      const __m256 x0 = _mm256_loadu_ps(x + k);
-      const __m256 x1 = _mm256_loadu_ps(x + k + 8);
-      a0 = _mm256_fmadd_ps(Load8<F>(r0, k), x0, a0);
-      a1 = _mm256_fmadd_ps(Load8<F>(r1, k), x0, a1);
-      a2 = _mm256_fmadd_ps(Load8<F>(r2, k), x0, a2);
-      a3 = _mm256_fmadd_ps(Load8<F>(r3, k), x0, a3);
-      b0 = _mm256_fmadd_ps(Load8<F>(r0, k + 8), x1, b0);
-      b1 = _mm256_fmadd_ps(Load8<F>(r1, k + 8), x1, b1);
-      b2 = _mm256_fmadd_ps(Load8<F>(r2, k + 8), x1, b2);
-      b3 = _mm256_fmadd_ps(Load8<F>(r3, k + 8), x1, b3);
+    const std::byte* r1 = w.row(n + std::min<int64_t>(1, rows - 1));
+    const std::byte* r2 = w.row(n + std::min<int64_t>(2, rows - 1));
+    const std::byte* r3 = w.row(n + std::min<int64_t>(3, rows - 1));
+    for (int64_t k0 = 0; k0 < kk; k0 += kc) {
+      const int64_t k1 = std::min(kk, k0 + kc);
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      int64_t k = k0;
+      for (; k + 8 <= k1; k += 8) {
+        PrefetchNextGroup<F>(r0, ahead, k);
+        const __m256 xv = _mm256_loadu_ps(x + k);
+        a0 = _mm256_fmadd_ps(xv, Load8<F>(r0, k), a0);
+        a1 = _mm256_fmadd_ps(xv, Load8<F>(r1, k), a1);
+        a2 = _mm256_fmadd_ps(xv, Load8<F>(r2, k), a2);
+        a3 = _mm256_fmadd_ps(xv, Load8<F>(r3, k), a3);
+      }
+      if (k < k1) {
+        const __m256 xv = _mm256_maskload_ps(x + k, TailMask(k1 - k));
+        a0 = _mm256_fmadd_ps(xv, LoadTail<F>(r0, k, k1 - k), a0);
+        a1 = _mm256_fmadd_ps(xv, LoadTail<F>(r1, k, k1 - k), a1);
+        a2 = _mm256_fmadd_ps(xv, LoadTail<F>(r2, k, k1 - k), a2);
+        a3 = _mm256_fmadd_ps(xv, LoadTail<F>(r3, k, k1 - k), a3);
+      }
+      alignas(16) float s[4];
+      _mm_store_ps(s, HorizontalSum4(a0, a1, a2, a3));
+      for (int64_t i = 0; i < rows; ++i) y[n + i] = k0 == 0 ? s[i] : y[n + i] + s[i];
     }
-    for (; k < k8; k += 8) {
-      const __m256 x0 = _mm256_loadu_ps(x + k);
-      a0 = _mm256_fmadd_ps(Load8<F>(r0, k), x0, a0);
-      a1 = _mm256_fmadd_ps(Load8<F>(r1, k), x0, a1);
-      a2 = _mm256_fmadd_ps(Load8<F>(r2, k), x0, a2);
-      a3 = _mm256_fmadd_ps(Load8<F>(r3, k), x0, a3);
-    }
-    alignas(16) float s[4];
-    _mm_store_ps(s, HorizontalSum4(_mm256_add_ps(a0, b0), _mm256_add_ps(a1, b1),
-                                   _mm256_add_ps(a2, b2), _mm256_add_ps(a3, b3)));
-    for (; k < kk; ++k) {
-      s[0] += Load1<F>(r0, k) * x[k];
-      s[1] += Load1<F>(r1, k) * x[k];
-      s[2] += Load1<F>(r2, k) * x[k];
-      s[3] += Load1<F>(r3, k) * x[k];
-    }
-    y[n] = s[0];
-    y[n + 1] = s[1];
-    y[n + 2] = s[2];
-    y[n + 3] = s[3];
-  }
-  for (; n < n1; ++n) {
-    const std::byte* r0 = w.row(n);
-    __m256 a0 = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k < k8; k += 8) a0 = _mm256_fmadd_ps(Load8<F>(r0, k), _mm256_loadu_ps(x + k), a0);
-    float s = avx2::HorizontalSum(a0);
-    for (; k < kk; ++k) s += Load1<F>(r0, k) * x[k];
-    y[n] = s;
   }
 }
 
@@ -210,7 +201,8 @@ AICLOUD_AVX2 void GemvQ8Int8Avx2(const QuantizedRow& x, const WeightView& w, int
       a0 = _mm256_fmadd_ps(BlockDot(ax, sx, w0[b].q),
                            _mm256_set1_ps(avx2::HalfToFloatF16C(w0[b].d) * x.d[b]), a0);
     }
-    y[n] = avx2::HorizontalSum(a0);
+    const __m256 z = _mm256_setzero_ps();
+    y[n] = _mm_cvtss_f32(HorizontalSum4(a0, z, z, z));  // as the groups and the GEMM tile sum
   }
 }
 
@@ -346,7 +338,77 @@ AICLOUD_AVX2 void TileRowsDispatch(int c, const float* x, int64_t ldx, const flo
   }
 }
 
+// The int8 register tile: R rows of quantized x times C Q8 weight rows, one 32-block per step.
+// Each accumulator takes the same operations in the same order as GemvQ8Int8Avx2's (BlockDot,
+// then a fused add scaled by d_w * d_x), so batched and single-row results are identical.
+template <int R, int C>
+AICLOUD_AVX2 void Q8Tile(const int8_t* q, const float* d, int64_t nb, const BlockQ8* const* wr,
+                         float* y, int64_t ldy) {
+  __m256 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 dw[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) dw[c] = _mm256_set1_ps(avx2::HalfToFloatF16C(wr[c][b].d));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i sx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + (r * nb + b) * 32));
+      const __m256i ax = _mm256_sign_epi8(sx, sx);
+      const __m256 dx = _mm256_broadcast_ss(d + r * nb + b);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        // dw * dx lane-wise is the same float product the GEMV broadcasts.
+        acc[r][c] = _mm256_fmadd_ps(BlockDot(ax, sx, wr[c][b].q), _mm256_mul_ps(dw[c], dx), acc[r][c]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) v[c] = acc[r][c];
+    alignas(16) float s[4];
+    _mm_store_ps(s, HorizontalSum4(v[0], v[1], v[2], v[3]));
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) y[r * ldy + c] = s[c];
+  }
+}
+
+template <int R>
+AICLOUD_AVX2 void Q8TileCols(int64_t c, const int8_t* q, const float* d, int64_t nb,
+                             const BlockQ8* const* wr, float* y, int64_t ldy) {
+  if (c == 2) return Q8Tile<R, 2>(q, d, nb, wr, y, ldy);
+  Q8Tile<R, 1>(q, d, nb, wr, y, ldy);
+}
+
 }  // namespace
+
+AICLOUD_AVX2 void GemmQ8Int8Avx2(const int8_t* q, const float* d, int64_t m, int64_t blocks,
+                                 const WeightView& w, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  constexpr int64_t kRows = 4, kCols = 2;
+  for (int64_t i = 0; i < m; i += kRows) {
+    const int64_t r = std::min(kRows, m - i);
+    const int8_t* qi = q + i * blocks * 32;
+    const float* di = d + i * blocks;
+    for (int64_t j = n0; j < n1; j += kCols) {
+      const int64_t c = std::min(kCols, n1 - j);
+      const BlockQ8* wr[kCols] = {reinterpret_cast<const BlockQ8*>(w.row(j)),
+                                  reinterpret_cast<const BlockQ8*>(w.row(j + c - 1))};
+      float* yij = y + i * ldy + j;
+      switch (r) {
+        case 1: Q8TileCols<1>(c, qi, di, blocks, wr, yij, ldy); break;
+        case 2: Q8TileCols<2>(c, qi, di, blocks, wr, yij, ldy); break;
+        case 3: Q8TileCols<3>(c, qi, di, blocks, wr, yij, ldy); break;
+        default: Q8TileCols<4>(c, qi, di, blocks, wr, yij, ldy); break;
+      }
+    }
+  }
+}
 
 AICLOUD_AVX2 void GemmBlockAvx2(const float* x, int64_t ldx, int64_t m, const float* p, int64_t ldp, int64_t n,
                    int64_t kc, float* y, int64_t ldy, bool accumulate) {

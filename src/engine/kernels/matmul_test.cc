@@ -111,7 +111,7 @@ TEST(MatMul, Q8WithinQuantizationBound) {
         MatMul(pool, x.data(), s.m, w.view(), y.data(), MatMulOptions{act});
         MatMulReference(x.data(), s.m, WeightView{WeightFormat::kF32, s.n, s.k, wf.data()},
                         ref.data());
-        const bool int8_x = act == Q8Activations::kInt8 && s.m == 1;
+        const bool int8_x = act == Q8Activations::kInt8;
         for (int64_t i = 0; i < s.m; ++i) {
           for (int64_t n = 0; n < s.n; ++n) {
             double bound = s.k * 0x1p-24 * AbsDot(&x[i * s.k], &wd[n * s.k], s.k);
@@ -160,6 +160,43 @@ TEST(MatMul, Q8RelativeErrorOnRealisticData) {
                 << ": relative RMS error vs F32 = " << rel << "\n";
       // Expected: F16 ~3e-4 (11-bit mantissa), BF16 ~2e-3 (8-bit), Q8 ~5e-3 / ~7e-3.
       EXPECT_LT(rel, format == WeightFormat::kF16 ? 1e-3 : 1.5e-2);
+    }
+  }
+}
+
+// Batch invariance: a row of x gets bit-identical results alone, in any batch, and at any
+// position in it, for every weight format and ISA (the engine relies on this so a sequence's
+// tokens never depend on what else shares its step). m crosses the 4-row tile and the 256-row
+// task; k = 1536 is cut into three K chunks, 1300 into a masked tail; n leaves short groups.
+TEST(MatMul, BatchInvariant) {
+  ThreadPool pool(2);
+  for (WeightFormat format : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8}) {
+    for (Isa isa : TestIsas()) {
+      ScopedIsa scoped(isa);
+      for (int64_t k : {64, 576, 1300, 1536}) {
+        if (format == WeightFormat::kQ8 && k % 32 != 0) continue;
+        for (int64_t n : {7, 101}) {
+          const int64_t m = k == 576 ? 300 : 37;
+          const auto wf = RandomVector(n * k, 21 + n + k);
+          const auto x = RandomVector(m * k, 22 + k);
+          Matrix w = MakeWeights(format, wf, n, k);
+          std::vector<float> all(m * n);
+          MatMul(pool, x.data(), m, w.view(), all.data());
+          std::vector<float> one(n), few(5 * n);
+          for (int64_t i = 0; i < m; ++i) {
+            MatMul(pool, x.data() + i * k, 1, w.view(), one.data());
+            ASSERT_EQ(0, std::memcmp(one.data(), all.data() + i * n, n * sizeof(float)))
+                << WeightFormatName(format) << " " << IsaName(isa) << " k=" << k << " n=" << n
+                << ": row " << i << " alone differs from row " << i << " of " << m;
+          }
+          for (int64_t i0 : {int64_t{0}, int64_t{3}, m - 5}) {
+            MatMul(pool, x.data() + i0 * k, 5, w.view(), few.data());
+            ASSERT_EQ(0, std::memcmp(few.data(), all.data() + i0 * n, 5 * n * sizeof(float)))
+                << WeightFormatName(format) << " " << IsaName(isa) << " k=" << k << " n=" << n
+                << ": rows " << i0 << ".." << i0 + 4 << " in a batch of 5 differ";
+          }
+        }
+      }
     }
   }
 }
