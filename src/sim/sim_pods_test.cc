@@ -300,6 +300,31 @@ TEST(FgdExperimentTest, ArrivalsOfACpuOnlyTraceTerminate) {
   EXPECT_EXIT(ArrivalsInChild(exp), ::testing::ExitedWithCode(0), "");
 }
 
+// As in the paper's artifact (Simulate: SetTypicalPods before TunePodsByNodeTotalResource), the
+// typical shapes are the 95% cover of the trace as loaded, CPU-only pods included: the same
+// for every seed and not affected by the resampled copies.
+TEST(FgdExperimentTest, TypicalShapesComeFromTheTraceNotTheArrivals) {
+  const cluster::Cluster c = SmallCluster();
+  const std::vector<TracePod> trace = SmallTrace(c);
+  std::vector<sched::PodRequest> pods;
+  for (const TracePod& tp : trace) pods.push_back(tp.pod);
+  FgdExperiment exp(c, trace, "small");
+  const sched::TargetWorkload want = sched::BuildTargetWorkload(pods, 0.95);
+  const sched::TargetWorkload& got = exp.target();
+  ASSERT_EQ(got.shapes.size(), want.shapes.size());
+  bool cpu_only = false;
+  for (size_t i = 0; i < want.shapes.size(); ++i) {
+    SCOPED_TRACE("shape " + std::to_string(i));
+    EXPECT_EQ(got.shapes[i].cpu_milli, want.shapes[i].cpu_milli);
+    EXPECT_EQ(got.shapes[i].gpu_milli, want.shapes[i].gpu_milli);
+    EXPECT_EQ(got.shapes[i].gpu_count, want.shapes[i].gpu_count);
+    EXPECT_EQ(got.shapes[i].models, want.shapes[i].models);
+    EXPECT_DOUBLE_EQ(got.shapes[i].weight, want.shapes[i].weight);
+    cpu_only = cpu_only || got.shapes[i].gpu_count == 0;
+  }
+  EXPECT_TRUE(cpu_only) << "CPU-only pods are part of the typical workload";
+}
+
 bool SameCurve(const FgdRun& a, const FgdRun& b) {
   if (a.curve.size() != b.curve.size()) return false;
   for (size_t i = 0; i < a.curve.size(); ++i) {

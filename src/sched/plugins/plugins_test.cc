@@ -758,6 +758,45 @@ TEST(FgdTest, NodeFragmentationByHand) {
   EXPECT_DOUBLE_EQ(NodeFragmentation(cpu, 64000, std::vector<int32_t>{700}, kH100), 700);
 }
 
+// The typical task shapes as the FGD artifact builds them (GetTypicalPods with
+// isInvolvedCpuPods=true, podPopularityThreshold=95, step 1, gpuResWeight=0): one count per
+// request, CPU-only requests included, memory not part of the shape, the most popular shapes
+// kept until they cover >= 95% of requests, equal counts ordered larger shape first, weights
+// renormalised over the kept shapes. Any change here moves every FGD number in
+// bench/RESULTS.md; the variants that were measured against it are listed there.
+TEST(FgdTest, TypicalShapesFollowTheArtifactsRules) {
+  std::vector<PodRequest> pods;
+  auto add = [&pods](int n, PodRequest p) {
+    for (int i = 0; i < n; ++i) pods.push_back(p);
+  };
+  add(50, FractionalGpu(500, 0, 4000, 1024));
+  add(20, CpuOnly(8000, 4096));
+  add(10, WholeGpus(1, 4000, 2048));
+  add(5, FractionalGpu(500, 0, 4000, 999999));  // same shape as the first: memory is ignored
+  add(8, WholeGpus(8, 64000, 1024));            // 8 requests, 64 GPUs: counted once each
+  add(3, WholeGpus(2, 8000, 1024));             // equal count with the next, larger CPU
+  add(3, WholeGpus(2, 4000, 1024));
+  add(1, FractionalGpu(250, 0, 2000, 1024));
+  // Total 100. Cumulative: 55, 75, 85, 93, 96 -> five shapes cover >= 95%.
+  const TargetWorkload w = BuildTargetWorkload(pods, 0.95);
+  ASSERT_EQ(w.shapes.size(), 5u);
+  EXPECT_EQ(w.shapes[0].gpu_milli, 500);
+  EXPECT_EQ(w.shapes[0].cpu_milli, 4000);
+  EXPECT_EQ(w.shapes[1].gpu_count, 0);  // the CPU-only shape is part of the workload
+  EXPECT_EQ(w.shapes[1].cpu_milli, 8000);
+  EXPECT_EQ(w.shapes[2].gpu_count, 1);
+  EXPECT_EQ(w.shapes[3].gpu_count, 8);
+  EXPECT_EQ(w.shapes[4].gpu_count, 2);
+  EXPECT_EQ(w.shapes[4].cpu_milli, 8000) << "equal counts: the larger shape is kept first";
+  double sum = 0;
+  for (const TaskShape& s : w.shapes) sum += s.weight;
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+  EXPECT_NEAR(w.shapes[0].weight, 55.0 / 96.0, 1e-12);
+  EXPECT_NEAR(w.shapes[3].weight, 8.0 / 96.0, 1e-12) << "not weighted by GPUs requested";
+  // Full cover keeps every shape.
+  EXPECT_EQ(BuildTargetWorkload(pods, 1.0).shapes.size(), 7u);
+}
+
 TEST(FgdTest, ClusterFragmentationIsTheSumOverNodes) {
   TargetWorkload w;
   w.shapes.push_back({2000, 250, 1, {}, 0.4});
