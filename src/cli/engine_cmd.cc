@@ -31,6 +31,7 @@ struct EngineFlags {
   int max_num_batched_tokens = 512;
   int64_t max_model_len = 0;
   int max_waiting = 256;
+  int static_batch = 0;
   std::string dtype = "auto";
   std::string kv_dtype = "f16";
   std::vector<std::string> loras;
@@ -48,6 +49,11 @@ Status ToOptions(const EngineFlags& f, engine::EngineOptions* o) {
   o->max_num_batched_tokens = f.max_num_batched_tokens;
   o->max_model_len = f.max_model_len;
   o->max_waiting = f.max_waiting;
+  if (f.static_batch < 0 || f.static_batch > f.max_num_seqs) {
+    return InvalidArgumentError("--static-batch: " + std::to_string(f.static_batch) +
+                                " is not in [0, --max-num-seqs " + std::to_string(f.max_num_seqs) + "]");
+  }
+  o->static_batch_size = f.static_batch;
   o->enable_prefix_caching = !f.no_prefix_caching;
   if (f.dtype == "auto") o->weights.reset();
   else if (f.dtype == "f32") o->weights = WeightFormat::kF32;
@@ -116,6 +122,9 @@ void AddEngine(CLI::App& app, int* exit_code) {
   cmd->add_option("--port", f->port, "listen port (0: any free port)")->capture_default_str();
   cmd->add_option("--served-model-name", f->served_name, "model name clients use (default: the directory's name)");
   cmd->add_option("--max-waiting", f->max_waiting, "queued requests before 429")->capture_default_str();
+  cmd->add_option("--static-batch", f->static_batch,
+                  "N > 0: static batching baseline (batches of N run to completion); 0: continuous")
+      ->capture_default_str();
   cmd->add_option("--lora", f->loras, "NAME=DIR of a PEFT adapter (repeatable)");
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "disable automatic prefix caching");
   cmd->add_option("--max-loras", f->max_loras, "adapters resident (and mixed in one step) at most")->capture_default_str();

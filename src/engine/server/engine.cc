@@ -102,6 +102,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
   SchedulerOptions so;
   so.max_num_batched_tokens = options.max_num_batched_tokens;
   so.max_num_seqs = options.max_num_seqs;
+  so.static_batch_size = options.static_batch_size;
   so.max_model_len = static_cast<int32_t>(e->max_model_len_);
   for (int64_t id : c.eos_token_ids) so.eos_token_ids.push_back(static_cast<int32_t>(id));
   if (so.eos_token_ids.empty() && e->tokenizer_->eos_id()) so.eos_token_ids.push_back(*e->tokenizer_->eos_id());

@@ -54,6 +54,9 @@ struct EngineOptions {
   int32_t block_size = 16;
   int64_t max_model_len = 0;  // 0: the model's max_position_embeddings (capped by the cache)
   int32_t max_waiting = 256;  // admitted but not yet running; beyond it Submit answers 429
+  // > 0: static batching with batches of this many requests, run until all of them finish
+  // before the next batch starts (the baseline for comparisons; see batch/scheduler.h).
+  int32_t static_batch_size = 0;
   bool enable_prefix_caching = true;
   // LoRA adapters served at start (name, PEFT directory); more can be loaded at run time.
   std::vector<std::pair<std::string, std::string>> loras;
