@@ -1,0 +1,753 @@
+#include "gateway/gateway.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <random>
+
+#include "gateway/errors.h"
+#include "http/sse.h"
+
+namespace aicloud::gateway {
+namespace {
+
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+double Seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::vector<double> OverheadBuckets() {
+  return {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1};
+}
+
+bool Is2xx(int status) { return status >= 200 && status < 300; }
+
+}  // namespace
+
+// Per-request state, from arrival to the usage record.
+struct Gateway::Call {
+  SteadyClock::time_point t0;
+  SteadyClock::duration upstream{};  // time spent waiting on upstreams (for the overhead metric)
+  UsageRecord rec;
+  Endpoint endpoint = Endpoint::kChat;
+  Caller who;
+  RequestInfo info;
+  std::string body;  // what is sent upstream
+  std::vector<LimitScope> rate_scopes;
+  int64_t estimate = 0;          // tokens reserved (prompt upper bound + max_tokens * n)
+  int64_t prompt_estimate = 0;
+  int64_t max_tokens = 0;
+  BudgetReservation reservation;
+  bool settled = true;           // false while a reservation / tpm charge is outstanding
+  std::vector<uint64_t> prefix;
+};
+
+struct Gateway::DeploymentState {
+  explicit DeploymentState(std::unique_ptr<fleet::Router> r) : router(std::move(r)) {}
+  SharedRouter router;
+  std::atomic<int> held{0};
+};
+
+// The result of forwarding to upstreams.
+struct Gateway::Attempted {
+  Status status;                  // OK: the upstream answered (head.status set)
+  http::ClientResponse head;
+  bool answered = false;          // a status line arrived (no retry past this point)
+  std::string replica_id;
+  std::shared_ptr<ReplicaState> replica;
+};
+
+// Shared by a stream's pump thread (upstream reader) and the server's stream thread (writer).
+struct Gateway::Pipe {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool head_done = false;         // GUARDED_BY(mu)
+  Attempted result;               // GUARDED_BY(mu): valid once head_done
+  std::string buf;                // GUARDED_BY(mu): upstream bytes not yet written to the client
+  bool upstream_done = false;     // GUARDED_BY(mu)
+  Status upstream_status;         // GUARDED_BY(mu)
+  bool consumer_gone = false;     // GUARDED_BY(mu)
+};
+
+StatusOr<std::unique_ptr<Gateway>> Gateway::Create(GatewayDeps deps, GatewayOptions options) {
+  if (deps.directory == nullptr) return InvalidArgumentError("gateway: a directory is required");
+  if (!deps.authenticate) return InvalidArgumentError("gateway: an authenticator is required");
+  if (StatusOr<std::unique_ptr<fleet::Router>> r = fleet::MakeRouter(options.policy, options.router); !r.ok()) {
+    return r.status();
+  }
+  if (options.max_attempts < 1) return InvalidArgumentError("gateway: max_attempts must be >= 1");
+  if (options.hold_queue_size < 0) return InvalidArgumentError("gateway: hold_queue_size must be >= 0");
+  std::unique_ptr<Gateway> g(new Gateway(std::move(deps), std::move(options)));
+  AICLOUD_RETURN_IF_ERROR(g->ledger_.Load());
+  g->background_ = std::thread([gw = g.get()] { gw->Background(); });
+  return g;
+}
+
+Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
+    : deps_(std::move(deps)),
+      options_(std::move(options)),
+      own_clock_(deps_.clock == nullptr ? std::make_unique<RealClock>() : nullptr),
+      clock_(deps_.clock != nullptr ? deps_.clock : own_clock_.get()),
+      wall_anchor_(std::chrono::system_clock::now()),
+      clock_anchor_(clock_->NowMicros()),
+      limiter_(clock_),
+      ledger_(deps_.store,
+              [this] {
+                const auto wall = wall_anchor_ + std::chrono::microseconds(clock_->NowMicros() - clock_anchor_);
+                return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(wall.time_since_epoch()).count());
+              }),
+      replicas_(options_.upstream_timeout, options_.max_idle_connections) {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "gw-%08x-", rd());
+  id_prefix_ = buf;
+  requests_ = metrics_.AddCounter("aicloud_gateway_requests_total", "Requests answered, by model and HTTP status.",
+                                  {"model", "code"});
+  rejected_ = metrics_.AddCounter("aicloud_gateway_rejected_total",
+                                  "Requests the gateway refused itself, by reason.", {"reason"});
+  tokens_ = metrics_.AddCounter("aicloud_gateway_tokens_total", "Tokens (from upstream usage, else estimated).",
+                                {"model", "type"});
+  cost_ = metrics_.AddCounter("aicloud_gateway_cost_total", "Cost charged to budgets, by tenant.", {"tenant"});
+  retries_ = metrics_.AddCounter("aicloud_gateway_upstream_retries_total",
+                                 "Attempts retried on another replica after a connection failure.", {"deployment"});
+  latency_ = metrics_.AddHistogram("aicloud_gateway_request_duration_seconds", "Arrival to last byte.", {"model"},
+                                   Histogram::LatencyBuckets());
+  overhead_ = metrics_.AddHistogram("aicloud_gateway_overhead_seconds",
+                                    "Time in the gateway itself (request handling minus upstream time).", {},
+                                    OverheadBuckets());
+  metrics_.AddGaugeFn("aicloud_gateway_held_requests", "Requests held while a deployment has no ready replica.",
+                      {"deployment"}, [this] {
+                        std::vector<std::pair<LabelValues, double>> rows;
+                        std::lock_guard<std::mutex> lock(states_mu_);
+                        for (const auto& [name, s] : states_) rows.push_back({{name}, static_cast<double>(s->held.load())});
+                        return rows;
+                      });
+  metrics_.AddGaugeFn("aicloud_gateway_upstream_in_flight", "Requests in flight per replica.", {"replica"}, [this] {
+    std::vector<std::pair<LabelValues, double>> rows;
+    for (const auto& r : replicas_.All()) rows.push_back({{r->url()}, static_cast<double>(r->in_flight.load())});
+    return rows;
+  });
+}
+
+Gateway::~Gateway() { Stop(); }
+
+void Gateway::Stop() {
+  if (stopped_.exchange(true)) return;
+  {
+    std::unique_lock<std::mutex> lock(bg_mu_);
+    stopping_ = true;
+    bg_cv_.notify_all();
+    bg_cv_.wait(lock, [&] { return pumps_ == 0; });
+  }
+  if (background_.joinable()) background_.join();
+  if (Status s = ledger_.Flush(); !s.ok()) std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+}
+
+Gateway::DeploymentState& Gateway::State(const std::string& deployment) {
+  std::lock_guard<std::mutex> lock(states_mu_);
+  auto it = states_.find(deployment);
+  if (it == states_.end()) {
+    auto r = fleet::MakeRouter(options_.policy, options_.router);  // validated in Create
+    it = states_.emplace(deployment, std::make_unique<DeploymentState>(std::move(*r))).first;
+  }
+  return *it->second;
+}
+
+int Gateway::Held(std::string_view deployment) {
+  std::lock_guard<std::mutex> lock(states_mu_);
+  auto it = states_.find(deployment);
+  return it == states_.end() ? 0 : it->second->held.load();
+}
+
+void Gateway::AddRoutes(http::Router* router) {
+  router->Add("GET", "/v1/models", [this](http::Request& r) { return ListModels(r); });
+  router->Add("POST", "/v1/chat/completions", [this](http::Request& r) { return Handle(Endpoint::kChat, r); });
+  router->Add("POST", "/v1/completions", [this](http::Request& r) { return Handle(Endpoint::kCompletions, r); });
+  router->Add("POST", "/v1/embeddings", [this](http::Request& r) { return Handle(Endpoint::kEmbeddings, r); });
+}
+
+http::Response Gateway::MetricsResponse() const {
+  return http::Response::Text(200, metrics_.Render(), "text/plain; version=0.0.4");
+}
+
+http::Response Gateway::ListModels(http::Request& req) {
+  StatusOr<Caller> who = deps_.authenticate(req.Header("authorization"));
+  if (!who.ok()) {
+    rejected_->Inc({"unauthenticated"});
+    return OpenAiError(who.status(), who.status().code() == StatusCode::kUnauthenticated ? "invalid_api_key" : "");
+  }
+  json data = json::array();
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const std::shared_ptr<const Route>& r : deps_.directory->List()) {
+    if (MayUse(*who, *r, "")) {
+      data.push_back({{"id", r->model}, {"object", "model"}, {"created", created}, {"owned_by", r->tenant},
+                      {"root", r->base_model}, {"parent", nullptr}});
+    }
+    for (const std::string& a : r->adapters) {
+      if (MayUse(*who, *r, a)) {
+        data.push_back({{"id", a}, {"object", "model"}, {"created", created}, {"owned_by", r->tenant},
+                        {"root", a}, {"parent", r->model}});
+      }
+    }
+  }
+  return http::Response::Json(200, {{"object", "list"}, {"data", std::move(data)}});
+}
+
+http::Response Gateway::Finish(Call& call, http::Response r) {
+  const auto end = SteadyClock::now();
+  call.rec.status = r.status;
+  call.rec.latency_s = Seconds(end - call.t0);
+  const std::string& model = call.rec.model.empty() ? std::string("unknown") : call.rec.model;
+  requests_->Inc({model, std::to_string(r.status)});
+  latency_->Observe({model}, call.rec.latency_s);
+  if (!r.stream) overhead_->Observe({}, Seconds(end - call.t0 - call.upstream));
+  r.headers.emplace_back("x-request-id", call.rec.request_id);
+  if (!r.stream && deps_.usage != nullptr) deps_.usage->Record(call.rec);
+  return r;
+}
+
+http::Response Gateway::Refuse(Call& call, std::string_view reason, http::Response r) {
+  rejected_->Inc({std::string(reason)});
+  if (call.rec.error.empty()) {
+    // The message of the OpenAI error body.
+    json j = json::parse(r.body, nullptr, false);
+    if (j.is_object() && j.contains("error")) call.rec.error = j["error"].value("message", std::string(reason));
+  }
+  return Finish(call, std::move(r));
+}
+
+http::Response Gateway::Handle(Endpoint endpoint, http::Request& req) {
+  Call call;
+  call.t0 = SteadyClock::now();
+  call.endpoint = endpoint;
+  call.rec.request_id = id_prefix_ + std::to_string(next_id_.fetch_add(1, std::memory_order_relaxed));
+  call.rec.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  call.rec.endpoint = EndpointName(endpoint);
+
+  // 1. Who is calling.
+  StatusOr<Caller> who = deps_.authenticate(req.Header("authorization"));
+  if (!who.ok()) {
+    const bool unauth = who.status().code() == StatusCode::kUnauthenticated;
+    return Refuse(call, unauth ? "unauthenticated" : "auth_unavailable",
+                  unauth ? OpenAiError(401, "invalid_api_key", who.status().message())
+                         : OpenAiError(503, "auth_unavailable", "cannot check the API key: " + who.status().message()));
+  }
+  call.who = std::move(*who);
+  call.rec.key_id = call.who.key_id;
+  call.rec.tenant = call.who.tenant;
+  call.rec.team = call.who.team;
+
+  // 2. What is asked.
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return Refuse(call, "bad_request", OpenAiError(400, "invalid_json", "body: expected a JSON object"));
+  }
+  StatusOr<RequestInfo> info = ParseRequestInfo(body, endpoint);
+  if (!info.ok()) {
+    const std::string& m = info.status().message();
+    return Refuse(call, "bad_request", OpenAiError(400, "invalid_request", m, m.substr(0, m.find(':'))));
+  }
+  call.info = std::move(*info);
+  call.rec.model = call.info.model;
+  call.rec.stream = call.info.stream;
+
+  // 3. Which deployment serves it, and may this key use it.
+  std::shared_ptr<const Route> route = deps_.directory->Lookup(call.info.model);
+  if (!route) {
+    call.rec.model.clear();  // keep unknown names out of metric labels
+    return Refuse(call, "model_not_found",
+                  OpenAiError(404, "model_not_found", "The model `" + call.info.model + "` does not exist.", "model"));
+  }
+  const std::string adapter = call.info.model != route->model && route->HasAdapter(call.info.model) ? call.info.model : "";
+  call.rec.adapter = adapter;
+  call.rec.deployment = route->deployment;
+  if (!MayUse(call.who, *route, adapter)) {
+    return Refuse(call, "forbidden",
+                  OpenAiError(403, "model_not_allowed",
+                              "key " + call.who.key_id + " (tenant " + call.who.tenant + ") may not use model `" +
+                                  call.info.model + "`",
+                              "model"));
+  }
+
+  // 4. Rate limits: 1 request and the token estimate, from key and tenant at once.
+  const bool budgeted = call.who.key_limits.HasBudget() || call.who.tenant_limits.HasBudget();
+  const bool inject_max = budgeted && !call.info.max_tokens && endpoint != Endpoint::kEmbeddings;
+  call.max_tokens = call.info.max_tokens.value_or(endpoint == Endpoint::kEmbeddings ? 0 : options_.default_max_tokens);
+  call.prompt_estimate = call.info.PromptTokensUpperBound();
+  call.estimate = call.prompt_estimate + call.max_tokens * call.info.n;
+  if (call.who.key_limits.HasRate()) call.rate_scopes.push_back({"key " + call.who.key_id, &call.who.key_limits});
+  if (call.who.tenant_limits.HasRate()) {
+    call.rate_scopes.push_back({"tenant " + call.who.tenant, &call.who.tenant_limits});
+  }
+  if (!call.rate_scopes.empty()) {
+    RateVerdict v = limiter_.Admit(call.rate_scopes, call.estimate);
+    if (!v.ok) return Refuse(call, "rate_limit", OpenAiError(429, "rate_limit_exceeded", v.message, {}, v.retry_after_s));
+  }
+
+  // 5. Budgets: reserve the worst case on key and tenant at once.
+  if (budgeted) {
+    const double cost = (static_cast<double>(call.prompt_estimate) * route->prompt_price_per_m +
+                         static_cast<double>(call.max_tokens * call.info.n) * route->completion_price_per_m) / 1e6;
+    std::vector<BudgetScope> scopes;
+    if (call.who.key_limits.HasBudget()) scopes.push_back({"key " + call.who.key_id, call.who.tenant, &call.who.key_limits});
+    if (call.who.tenant_limits.HasBudget()) {
+      scopes.push_back({"tenant " + call.who.tenant, call.who.tenant, &call.who.tenant_limits});
+    }
+    int retry_after = 0;
+    StatusOr<BudgetReservation> r = ledger_.Reserve(scopes, call.estimate, cost, &retry_after);
+    if (!r.ok()) {
+      limiter_.Adjust(call.rate_scopes, call.estimate);  // the request never ran
+      return Refuse(call, "budget", OpenAiError(429, "insufficient_quota", r.status().message(), {}, retry_after));
+    }
+    call.reservation = std::move(*r);
+  }
+  call.settled = false;
+
+  // 6. The body to send: the engine's model name for an alias, usage asked for in streams,
+  // and max_tokens when a budget depends on it.
+  const bool alias = adapter.empty() && call.info.model != route->base_model;
+  const bool want_usage = call.info.stream && !call.info.include_usage;
+  if (alias || want_usage || inject_max) {
+    if (alias) body["model"] = route->base_model;
+    if (want_usage) body["stream_options"]["include_usage"] = true;
+    if (inject_max) body["max_tokens"] = options_.default_max_tokens;
+    call.body = body.dump();
+  } else {
+    call.body = std::move(req.body);
+  }
+  if (options_.policy == "prefix" || options_.policy == "score") {
+    call.prefix = PrefixHashes(call.info.prompt_text, options_.prefix_block_bytes, options_.router.max_prefix_blocks);
+  }
+
+  // 7. A ready replica, or wait for one (scale from zero).
+  http::Response refusal;
+  std::shared_ptr<const Route> ready = WaitForReplica(call, route, &refusal);
+  if (!ready) {
+    Settle(call, *route, false, std::nullopt, 0);
+    return Finish(call, std::move(refusal));
+  }
+  route = std::move(ready);
+
+  // 8. Forward.
+  return call.info.stream ? Streaming(call, *route) : Unary(call, *route);
+}
+
+std::shared_ptr<const Route> Gateway::WaitForReplica(Call& call, std::shared_ptr<const Route> route,
+                                                     http::Response* refusal) {
+  if (route->ReadyCount() > 0) return route;
+  DeploymentState& d = State(route->deployment);
+  const std::string deployment = route->deployment;
+  if (d.held.fetch_add(1) >= options_.hold_queue_size) {
+    d.held.fetch_sub(1);
+    rejected_->Inc({"hold_queue_full"});
+    call.rec.error = "hold queue full";
+    *refusal = OpenAiError(429, "hold_queue_full",
+                           "deployment " + deployment + " has no ready replica yet and " +
+                               std::to_string(options_.hold_queue_size) +
+                               " requests are already waiting for one (the hold queue is full); retry shortly",
+                           {}, 1);
+    return nullptr;
+  }
+  const auto start = SteadyClock::now();
+  const auto deadline = start + options_.hold_timeout;
+  uint64_t version = deps_.directory->Version();
+  deps_.directory->WantReplicas(deployment, 1);
+  std::shared_ptr<const Route> out;
+  for (;;) {
+    std::shared_ptr<const Route> now = deps_.directory->Lookup(call.info.model);
+    if (!now) {
+      *refusal = OpenAiError(404, "model_not_found", "The model `" + call.info.model + "` does not exist.", "model");
+      break;
+    }
+    if (now->ReadyCount() > 0) {
+      out = std::move(now);
+      break;
+    }
+    const auto t = SteadyClock::now();
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(bg_mu_);
+      stopping = stopping_;
+    }
+    if (t >= deadline || stopping) {
+      rejected_->Inc({"hold_timeout"});
+      call.rec.error = "no ready replica";
+      const auto secs = std::chrono::duration_cast<std::chrono::seconds>(options_.hold_timeout).count();
+      *refusal = OpenAiError(503, "no_ready_replica",
+                             "no replica of deployment " + deployment + " became ready within " +
+                                 std::to_string(std::max<int64_t>(1, secs)) + " s (it is scaling up from zero); retry later",
+                             {}, 5);
+      break;
+    }
+    // Wake on a directory change; re-check at least every 200 ms for directories that poll.
+    version = deps_.directory->WaitForChange(
+        version, std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - t), std::chrono::milliseconds(200)));
+  }
+  d.held.fetch_sub(1);
+  call.rec.held_s = Seconds(SteadyClock::now() - start);
+  return out;
+}
+
+std::shared_ptr<ReplicaState> Gateway::PickReplica(Call& call, const Route& route, const std::vector<std::string>& tried,
+                                                   std::string* replica_id) {
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now().time_since_epoch()).count();
+  std::vector<fleet::ReplicaView> views, ejected_views;
+  std::vector<std::shared_ptr<ReplicaState>> states, ejected_states;
+  for (const ReplicaInfo& r : route.replicas) {
+    if (!r.ready || std::find(tried.begin(), tried.end(), r.url) != tried.end()) continue;
+    std::shared_ptr<ReplicaState> s = replicas_.Get(r.url);
+    const EngineMetrics m = s->metrics();
+    const int in_flight = s->in_flight.load(std::memory_order_relaxed);
+    fleet::ReplicaView v;
+    v.id = r.id;
+    v.ready = true;
+    v.running = m.running;
+    v.queue_depth = m.waiting + std::max(0, in_flight - m.running - m.waiting);
+    v.kv_usage = m.kv_usage;
+    v.max_adapters = route.max_adapters;
+    const bool ejected = s->ejected_until_us.load(std::memory_order_relaxed) > now_us;
+    (ejected ? ejected_views : views).push_back(std::move(v));
+    (ejected ? ejected_states : states).push_back(std::move(s));
+  }
+  if (views.empty()) {  // only recently failed replicas left: try them rather than nothing
+    views = std::move(ejected_views);
+    states = std::move(ejected_states);
+  }
+  if (views.empty()) return nullptr;
+  fleet::RouteRequest rr;
+  rr.model = route.model;
+  rr.adapter = call.rec.adapter;
+  rr.prefix_hashes = call.prefix;
+  StatusOr<size_t> i = State(route.deployment).router.Pick(rr, views);
+  if (!i.ok()) return nullptr;
+  *replica_id = views[*i].id;
+  return states[*i];
+}
+
+// Tries replicas until one answers (a status line arrives) or attempts run out. Retries only
+// when no byte of an answer arrived and the failure was a connection failure (refused, reset,
+// closed): never after the upstream started answering, never on a timeout.
+Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::function<bool(std::string_view)>& on_chunk,
+                                    const std::function<void(const http::ClientResponse&)>& on_head) {
+  Attempted a;
+  std::vector<std::string> tried;
+  const std::string target = std::string("/v1/") + EndpointName(call.endpoint);
+  const http::Headers headers = {{"x-request-id", call.rec.request_id}};
+  for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
+    std::string replica_id;
+    std::shared_ptr<ReplicaState> r = PickReplica(call, route, tried, &replica_id);
+    if (!r) {
+      if (a.status.ok()) a.status = UnavailableError("no ready replica of deployment " + route.deployment);
+      break;
+    }
+    if (attempt > 0) retries_->Inc({route.deployment});
+    call.rec.attempts = attempt + 1;
+    tried.push_back(r->url());
+    std::unique_ptr<http::Client> client = r->Acquire();
+    r->in_flight.fetch_add(1, std::memory_order_relaxed);
+    http::ClientResponse head;
+    bool head_seen = false;
+    const auto t = SteadyClock::now();
+    Status st = client->Stream("POST", target, call.body, headers,
+                               [&](std::string_view bytes) {
+                                 if (!head_seen) {
+                                   head_seen = true;
+                                   if (on_head) on_head(head);
+                                 }
+                                 return on_chunk(bytes);
+                               },
+                               &head);
+    call.upstream += SteadyClock::now() - t;
+    r->in_flight.fetch_sub(1, std::memory_order_relaxed);
+    a.replica_id = replica_id;
+    a.replica = r;
+    if (head.status != 0) {  // answered (maybe cut short later: then st is not OK)
+      if (!head_seen && on_head) on_head(head);
+      a.answered = true;
+      a.head = std::move(head);
+      a.status = st;
+      if (st.ok()) r->Release(std::move(client));
+      return a;
+    }
+    a.status = st;
+    if (st.code() != StatusCode::kUnavailable) break;  // a timeout: the upstream may be working on it
+    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now().time_since_epoch()).count();
+    r->ejected_until_us.store(now_us + std::chrono::duration_cast<std::chrono::microseconds>(options_.eject_for).count());
+  }
+  return a;
+}
+
+http::Response Gateway::Unary(Call& call, const Route& route) {
+  std::string body;
+  Attempted a = Forward(call, route, [&](std::string_view b) {
+    body.append(b);
+    return true;
+  }, nullptr);
+  call.rec.replica = a.replica_id;
+  if (!a.answered) {
+    Settle(call, route, false, std::nullopt, 0);
+    const bool timeout = a.status.code() == StatusCode::kDeadlineExceeded;
+    call.rec.error = a.status.message();
+    return Refuse(call, timeout ? "upstream_timeout" : "upstream_unavailable",
+                  OpenAiError(timeout ? 504 : 502, timeout ? "upstream_timeout" : "upstream_unavailable",
+                              "deployment " + route.deployment + ": " + a.status.message()));
+  }
+  std::optional<TokenUsage> usage;
+  if (a.status.ok() && Is2xx(a.head.status)) {
+    json j = json::parse(body, nullptr, false);
+    usage = UsageOf(j);
+  }
+  if (!a.status.ok()) call.rec.error = a.status.message();
+  Settle(call, route, a.status.ok() && Is2xx(a.head.status), usage, 0);
+  http::Response r;
+  r.status = a.status.ok() ? a.head.status : 502;
+  auto ct = a.head.headers.find("content-type");
+  r.content_type = ct != a.head.headers.end() ? ct->second : "application/json";
+  r.body = a.status.ok() ? std::move(body)
+                         : OpenAiError(502, "upstream_failed", "replica " + a.replica_id + ": " + a.status.message()).body;
+  if (!a.status.ok()) r.content_type = "application/json";
+  r.headers.emplace_back("x-aicloud-replica", a.replica_id);
+  return Finish(call, std::move(r));
+}
+
+void Gateway::Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks) {
+  if (call.settled) return;
+  call.settled = true;
+  int64_t prompt = 0, completion = 0;
+  if (usage) {
+    prompt = usage->prompt_tokens;
+    completion = usage->completion_tokens;
+    call.rec.usage_reported = true;
+  } else if (answered) {
+    // No usage from the upstream: charge the upper bound (streams: chunks seen, ~1 token each).
+    prompt = call.prompt_estimate;
+    completion = call.info.stream ? std::min(chunks, call.max_tokens * call.info.n) : call.max_tokens * call.info.n;
+  }
+  const double cost = (static_cast<double>(prompt) * route.prompt_price_per_m +
+                       static_cast<double>(completion) * route.completion_price_per_m) / 1e6;
+  ledger_.Settle(call.reservation, prompt + completion, cost);
+  if (!call.rate_scopes.empty()) limiter_.Adjust(call.rate_scopes, call.estimate - (prompt + completion));
+  call.rec.prompt_tokens = prompt;
+  call.rec.completion_tokens = completion;
+  call.rec.cost = cost;
+  if (prompt + completion > 0) {
+    tokens_->Inc({call.rec.model, "prompt"}, static_cast<double>(prompt));
+    tokens_->Inc({call.rec.model, "completion"}, static_cast<double>(completion));
+  }
+  if (cost > 0) cost_->Inc({call.who.tenant}, cost);
+}
+
+http::Response Gateway::Streaming(Call& call, const Route& route) {
+  auto pipe = std::make_shared<Pipe>();
+  auto shared_call = std::make_shared<Call>(std::move(call));
+  auto shared_route = std::make_shared<const Route>(route);
+  {
+    std::lock_guard<std::mutex> lock(bg_mu_);
+    ++pumps_;
+  }
+  // The pump: reads the upstream into the pipe, waiting while the client is behind.
+  std::thread([this, pipe, shared_call, shared_route] {
+    const size_t limit = options_.stream_buffer_bytes;
+    Attempted a = Forward(
+        *shared_call, *shared_route,
+        [&](std::string_view bytes) {
+          std::unique_lock<std::mutex> lock(pipe->mu);
+          pipe->cv.wait(lock, [&] { return pipe->buf.size() < limit || pipe->consumer_gone; });
+          if (pipe->consumer_gone) return false;  // the client left: drop the upstream connection
+          pipe->buf.append(bytes);
+          pipe->cv.notify_all();
+          return true;
+        },
+        [&](const http::ClientResponse& head) {
+          std::lock_guard<std::mutex> lock(pipe->mu);
+          pipe->result.head = head;
+          pipe->result.answered = true;
+          pipe->head_done = true;
+          pipe->cv.notify_all();
+        });
+    {
+      std::lock_guard<std::mutex> lock(pipe->mu);
+      const http::ClientResponse head = pipe->head_done ? pipe->result.head : a.head;
+      pipe->result = std::move(a);
+      pipe->result.head = head;
+      pipe->head_done = true;
+      pipe->upstream_done = true;
+      pipe->upstream_status = pipe->result.status;
+      pipe->cv.notify_all();
+    }
+    std::lock_guard<std::mutex> lock(bg_mu_);
+    --pumps_;
+    bg_cv_.notify_all();
+  }).detach();
+
+  Call& c = *shared_call;
+  std::unique_lock<std::mutex> lock(pipe->mu);
+  pipe->cv.wait(lock, [&] { return pipe->head_done; });
+  c.rec.replica = pipe->result.replica_id;
+  if (!pipe->result.answered) {
+    pipe->cv.wait(lock, [&] { return pipe->upstream_done; });
+    Status st = pipe->result.status;
+    c.rec.replica = pipe->result.replica_id;
+    lock.unlock();
+    Settle(c, route, false, std::nullopt, 0);
+    const bool timeout = st.code() == StatusCode::kDeadlineExceeded;
+    c.rec.error = st.message();
+    return Refuse(c, timeout ? "upstream_timeout" : "upstream_unavailable",
+                  OpenAiError(timeout ? 504 : 502, timeout ? "upstream_timeout" : "upstream_unavailable",
+                              "deployment " + route.deployment + ": " + st.message()));
+  }
+  const int status = pipe->result.head.status;
+  if (!Is2xx(status)) {  // an error answer: small, pass it through whole
+    pipe->cv.wait(lock, [&] { return pipe->upstream_done; });
+    http::Response r;
+    r.status = status;
+    auto ct = pipe->result.head.headers.find("content-type");
+    r.content_type = ct != pipe->result.head.headers.end() ? ct->second : "application/json";
+    r.body = std::move(pipe->buf);
+    c.rec.replica = pipe->result.replica_id;
+    lock.unlock();
+    Settle(c, route, false, std::nullopt, 0);
+    r.headers.emplace_back("x-aicloud-replica", c.rec.replica);
+    return Finish(c, std::move(r));
+  }
+  lock.unlock();
+
+  http::Response r;
+  r.status = status;
+  r.content_type = "text/event-stream";
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  // The writer side runs on the server's stream thread. `Done` settles and records exactly once,
+  // also when the stream function never runs (server stopping): it is the guard's destructor.
+  struct Done {
+    Gateway* gw;
+    std::shared_ptr<Pipe> pipe;
+    std::shared_ptr<Call> call;
+    std::shared_ptr<const Route> route;
+    std::optional<TokenUsage> usage;
+    int64_t chunks = 0;
+    bool client_gone = false;
+    ~Done() {
+      bool answered;
+      {
+        std::lock_guard<std::mutex> lock(pipe->mu);
+        pipe->consumer_gone = true;  // unblocks the pump if it waits for room
+        pipe->cv.notify_all();
+        answered = pipe->upstream_status.ok();
+        if (!pipe->upstream_status.ok() && call->rec.error.empty()) call->rec.error = pipe->upstream_status.message();
+      }
+      if (client_gone && call->rec.error.empty()) call->rec.error = "client disconnected";
+      gw->Settle(*call, *route, answered || chunks > 0, usage, chunks);
+      call->rec.status = 200;
+      call->rec.latency_s = Seconds(SteadyClock::now() - call->t0);
+      if (gw->deps_.usage != nullptr) gw->deps_.usage->Record(call->rec);
+    }
+  };
+  auto done = std::make_shared<Done>(Done{this, pipe, shared_call, shared_route, std::nullopt, 0, false});
+  r.stream = [done, pipe, client_usage = c.info.include_usage](http::StreamWriter& w) {
+    http::SseParser parser;
+    std::string take, out;
+    bool first = true;
+    for (;;) {
+      bool finished;
+      {
+        std::unique_lock<std::mutex> lock(pipe->mu);
+        pipe->cv.wait_for(lock, std::chrono::milliseconds(100),
+                          [&] { return !pipe->buf.empty() || pipe->upstream_done; });
+        if (w.closed()) {
+          done->client_gone = true;
+          return;
+        }
+        take.clear();
+        take.swap(pipe->buf);
+        finished = pipe->upstream_done && take.empty();
+        pipe->cv.notify_all();  // room for the pump
+      }
+      if (finished) return;
+      if (take.empty()) continue;
+      if (first) {
+        done->call->rec.ttft_s = Seconds(SteadyClock::now() - done->call->t0);
+        first = false;
+      }
+      out.clear();
+      for (http::SseEvent& e : parser.Feed(take)) {
+        if (e.data != "[DONE]" && e.data.find("\"usage\"") != std::string::npos) {
+          json j = json::parse(e.data, nullptr, false);
+          if (std::optional<TokenUsage> u = UsageOf(j)) {
+            done->usage = u;
+            // The usage chunk the gateway asked for on the client's behalf is not passed on.
+            if (!client_usage && j.contains("choices") && j["choices"].empty()) continue;
+          }
+        }
+        if (e.data != "[DONE]") ++done->chunks;
+        out += http::FormatSseEvent(e.event, e.data, e.id);
+      }
+      if (!out.empty() && !w.Write(out)) {
+        done->client_gone = true;
+        return;
+      }
+    }
+  };
+  c.rec.status = status;
+  return Finish(c, std::move(r));
+}
+
+void Gateway::Background() {
+  using std::chrono::milliseconds;
+  std::map<std::string, std::unique_ptr<http::Client>> scrapers;
+  auto next_scrape = SteadyClock::now();
+  auto next_flush = SteadyClock::now() + options_.flush_period;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(bg_mu_);
+      auto wake = next_flush;
+      if (options_.scrape_period.count() > 0) wake = std::min(wake, next_scrape);
+      bg_cv_.wait_until(lock, wake, [&] { return stopping_; });
+      if (stopping_) return;
+    }
+    const auto now = SteadyClock::now();
+    if (options_.scrape_period.count() > 0 && now >= next_scrape) {
+      next_scrape = now + options_.scrape_period;
+      std::vector<std::string> urls;
+      for (const std::shared_ptr<const Route>& r : deps_.directory->List()) {
+        for (const ReplicaInfo& rep : r->replicas) urls.push_back(rep.url);
+      }
+      for (const std::string& url : urls) {
+        std::unique_ptr<http::Client>& c = scrapers[url];
+        if (!c) {
+          c = std::make_unique<http::Client>(
+              "http://" + url, http::ClientOptions{.timeout = std::min(milliseconds(1000), options_.scrape_period * 2)});
+        }
+        StatusOr<http::ClientResponse> m = c->Send("GET", "/metrics");
+        std::shared_ptr<ReplicaState> s = replicas_.Get(url);
+        if (m.ok() && m->status == 200) s->SetMetrics(ParseEngineMetrics(m->body));
+        else s->SetMetrics({});
+      }
+      std::erase_if(scrapers, [&](const auto& kv) { return std::find(urls.begin(), urls.end(), kv.first) == urls.end(); });
+      replicas_.Retain(urls);
+    }
+    if (now >= next_flush) {
+      next_flush = now + options_.flush_period;
+      if (Status s = ledger_.Flush(); !s.ok()) std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(Gateway* gateway, http::ServerOptions options,
+                                                              int min_workers) {
+  auto s = std::unique_ptr<GatewayServer>(new GatewayServer());
+  s->router_ = std::make_unique<http::Router>();
+  gateway->AddRoutes(s->router_.get());
+  s->router_->Add("GET", "/metrics", [gateway](http::Request&) { return gateway->MetricsResponse(); });
+  s->router_->Add("GET", "/health", [](http::Request&) { return http::Response::Json(200, json::object()); });
+  options.worker_threads = std::max(options.worker_threads, min_workers);
+  http::Router* router = s->router_.get();
+  StatusOr<std::unique_ptr<http::Server>> server =
+      http::Server::Start(std::move(options), [router](http::Request& r) { return router->Dispatch(r); });
+  if (!server.ok()) return server.status();
+  s->server_ = std::move(*server);
+  return s;
+}
+
+}  // namespace aicloud::gateway

@@ -1,0 +1,175 @@
+// Gateway: the OpenAI front door in front of engine replicas. One request goes through:
+//
+//   authenticate (Authenticator)  ->  parse model/stream/max_tokens  ->  look up the route
+//   (Directory)  ->  RBAC (MayUse)  ->  rate limits (rpm/tpm, key and tenant)  ->  reserve
+//   budget  ->  hold while the deployment has no ready replica (scale from zero)  ->  pick a
+//   replica (fleet router)  ->  forward, retrying another replica on connection failure  ->
+//   stream or return the answer  ->  settle budget and tpm with the real usage  ->  usage
+//   record + metrics.
+//
+//   StaticDirectory dir(...);                      // or the server's deployment directory
+//   StaticKeys keys;  keys.Add("sk-1", {.key_id = "k1", .tenant = "nlp"});
+//   LogUsageSink sink;
+//   StatusOr<std::unique_ptr<Gateway>> gw = Gateway::Create(
+//       {.directory = &dir, .authenticate = keys.AsAuthenticator(), .usage = &sink}, {});
+//   http::Router router;
+//   (*gw)->AddRoutes(&router);                     // /v1/models, /v1/chat/completions, ...
+//   router.Add("GET", "/metrics", [&](http::Request&) { return (*gw)->MetricsResponse(); });
+//
+// Errors are OpenAI-shaped (errors.h): 400 bad body, 401 no/invalid key, 403 model not granted,
+// 404 unknown model, 429 rate limit / budget / hold queue full (with Retry-After and a message
+// naming the limit), 502 every replica failed, 503 no replica became ready in time, 504 upstream
+// timeout. Upstream answers (including the engine's own 4xx) pass through unchanged.
+//
+// Threads: handlers block (the http Server runs them on its worker pool), so one worker is busy
+// per non-streaming request in flight, and per held request; give the server enough workers
+// (GatewayServer does: ServerOptions.worker_threads). A streaming request uses the server's
+// stream thread plus one pump thread that reads the upstream. Background: one thread scrapes
+// replica metrics and flushes the budget ledger.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/clock.h"
+#include "core/metrics.h"
+#include "core/status.h"
+#include "fleet/router.h"
+#include "gateway/access.h"
+#include "gateway/budget.h"
+#include "gateway/directory.h"
+#include "gateway/limits.h"
+#include "gateway/replicas.h"
+#include "gateway/request.h"
+#include "gateway/usage.h"
+#include "http/message.h"
+#include "http/router.h"
+#include "http/server.h"
+#include "store/store.h"
+
+namespace aicloud::gateway {
+
+struct GatewayOptions {
+  std::string policy = "score";             // fleet::RouterNames(): round-robin, least-request, prefix, score
+  fleet::RouterConfig router;               // GIE weights and saturation thresholds
+  std::chrono::milliseconds scrape_period{500};  // replica /metrics; 0 = never scrape
+  int hold_queue_size = 64;                 // per deployment, while no replica is ready; more -> 429
+  std::chrono::milliseconds hold_timeout{30000};  // then 503
+  std::chrono::milliseconds upstream_timeout{300000};  // connect + head, then between chunks
+  int max_attempts = 3;                     // upstream attempts per request (connection failures)
+  std::chrono::milliseconds eject_for{5000};  // a replica that refused a connection is skipped
+  int64_t default_max_tokens = 1024;        // assumed when a request has none; sent upstream for
+                                            // callers with a budget, so the reservation holds
+  size_t prefix_block_bytes = 256;          // see request.h
+  size_t stream_buffer_bytes = 64 << 10;    // unread upstream bytes per stream before back-pressure
+  std::chrono::milliseconds flush_period{1000};  // budget ledger -> store
+  size_t max_idle_connections = 256;        // keep-alive connections kept per replica
+};
+
+struct GatewayDeps {
+  Directory* directory = nullptr;      // required; outlives the gateway
+  Authenticator authenticate;          // required
+  UsageSink* usage = nullptr;          // null: records are dropped
+  store::Store* store = nullptr;       // null: budgets in memory only
+  Clock* clock = nullptr;              // limits and budgets; null: a RealClock
+};
+
+// Thread-safe. Stop() (or the destructor) before the directory, sink or store go away.
+class Gateway {
+ public:
+  // INVALID_ARGUMENT for a missing directory/authenticator or an unknown policy; the store's
+  // error when the budget ledger cannot be read.
+  static StatusOr<std::unique_ptr<Gateway>> Create(GatewayDeps deps, GatewayOptions options);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  // GET /v1/models, POST /v1/chat/completions, /v1/completions, /v1/embeddings.
+  void AddRoutes(http::Router* router);
+  http::Response Handle(Endpoint endpoint, http::Request& req);
+  http::Response ListModels(http::Request& req);
+  // Prometheus text of the gateway's metrics.
+  http::Response MetricsResponse() const;
+  Metrics& metrics() { return metrics_; }
+
+  // Stops the background thread, waits for streams' pump threads, flushes the ledger.
+  void Stop();
+
+  BudgetLedger& ledger() { return ledger_; }
+  int Held(std::string_view deployment);
+  std::string_view policy() const { return options_.policy; }
+
+ private:
+  struct Call;
+  struct DeploymentState;
+  struct Pipe;
+  struct Attempted;
+
+  Gateway(GatewayDeps deps, GatewayOptions options);
+  DeploymentState& State(const std::string& deployment);
+  http::Response Finish(Call& call, http::Response r);
+  http::Response Refuse(Call& call, std::string_view reason, http::Response r);
+  // Holds the request until `route` has a ready replica; nullptr and *refusal set when it cannot.
+  std::shared_ptr<const Route> WaitForReplica(Call& call, std::shared_ptr<const Route> route, http::Response* refusal);
+  std::shared_ptr<ReplicaState> PickReplica(Call& call, const Route& route, const std::vector<std::string>& tried,
+                                            std::string* replica_id);
+  Attempted Forward(Call& call, const Route& route, const std::function<bool(std::string_view)>& on_chunk,
+                    const std::function<void(const http::ClientResponse&)>& on_head);
+  http::Response Unary(Call& call, const Route& route);
+  http::Response Streaming(Call& call, const Route& route);
+  void Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks);
+  void Background();
+
+  GatewayDeps deps_;
+  const GatewayOptions options_;
+  std::unique_ptr<Clock> own_clock_;
+  Clock* clock_;
+  const std::chrono::system_clock::time_point wall_anchor_;
+  const int64_t clock_anchor_;
+  RateLimiter limiter_;
+  BudgetLedger ledger_;
+  ReplicaTable replicas_;
+  std::string id_prefix_;
+  std::atomic<uint64_t> next_id_{1};
+
+  std::mutex states_mu_;
+  std::map<std::string, std::unique_ptr<DeploymentState>, std::less<>> states_;  // GUARDED_BY(states_mu_)
+
+  Metrics metrics_;
+  Counter* requests_;
+  Counter* rejected_;
+  Counter* tokens_;
+  Counter* retries_;
+  Counter* cost_;
+  Histogram* latency_;
+  Histogram* overhead_;
+
+  std::mutex bg_mu_;
+  std::condition_variable bg_cv_;
+  bool stopping_ = false;  // GUARDED_BY(bg_mu_)
+  int pumps_ = 0;          // GUARDED_BY(bg_mu_): streaming pump threads running
+  std::thread background_;
+  std::atomic<bool> stopped_{false};
+};
+
+// A standalone gateway HTTP server: the gateway's routes plus GET /metrics and GET /health.
+class GatewayServer {
+ public:
+  // options.worker_threads is raised to at least `min_workers` (handlers block per request).
+  static StatusOr<std::unique_ptr<GatewayServer>> Start(Gateway* gateway, http::ServerOptions options,
+                                                        int min_workers = 64);
+  uint16_t port() const { return server_->port(); }
+  void Stop() { server_->Stop(); }
+
+ private:
+  std::unique_ptr<http::Router> router_;
+  std::unique_ptr<http::Server> server_;
+};
+
+}  // namespace aicloud::gateway

@@ -1,0 +1,585 @@
+// Black-box tests of the gateway over loopback HTTP: fake engine replicas (http::Server answering
+// like `aicloud engine`), a StaticDirectory, StaticKeys and a collecting usage sink.
+#include "gateway/gateway.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <thread>
+
+#include "gateway/errors.h"
+#include "http/client.h"
+#include "http/sse.h"
+#include "store/memory_store.h"
+
+namespace aicloud::gateway {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+// An engine stand-in: /v1/chat/completions (unary and SSE, usage honouring max_tokens), /metrics.
+class FakeEngine {
+ public:
+  struct Options {
+    int prompt_tokens = 5;
+    int completion_tokens = 50;   // capped by max_tokens
+    int stream_chunks = 3;
+    milliseconds chunk_gap{0};
+  };
+  explicit FakeEngine(Options o = {}) : o_(o) {
+    router_.Add("POST", "/v1/chat/completions", [this](http::Request& r) { return Chat(r); });
+    router_.Add("POST", "/v1/completions", [this](http::Request& r) { return Chat(r); });
+    router_.Add("GET", "/metrics", [this](http::Request&) {
+      std::lock_guard<std::mutex> lock(mu_);
+      return http::Response::Text(200, metrics_);
+    });
+    auto s = http::Server::Start({.worker_threads = 16}, [this](http::Request& r) { return router_.Dispatch(r); });
+    EXPECT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+  }
+  std::string url() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+  void SetMetrics(int running, int waiting, double kv) {
+    std::lock_guard<std::mutex> lock(mu_);
+    metrics_ = "vllm:num_requests_running{model_name=\"m\"} " + std::to_string(running) +
+               "\nvllm:num_requests_waiting{model_name=\"m\"} " + std::to_string(waiting) +
+               "\nvllm:kv_cache_usage_perc{model_name=\"m\"} " + std::to_string(kv) + "\n";
+  }
+  json last_body() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_body_;
+  }
+
+  std::atomic<int> requests{0};
+  std::atomic<int> chunks_sent{0};
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> stream_done{false};
+  std::atomic<int64_t> stream_done_us{0};
+
+ private:
+  http::Response Chat(http::Request& r) {
+    ++requests;
+    json b = json::parse(r.body);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_body_ = b;
+    }
+    const int completion = std::min<int>(o_.completion_tokens, b.value("max_tokens", 1 << 30));
+    json usage = {{"prompt_tokens", o_.prompt_tokens}, {"completion_tokens", completion},
+                  {"total_tokens", o_.prompt_tokens + completion}};
+    if (!b.value("stream", false)) {
+      return http::Response::Json(200, {{"id", "x"}, {"object", "chat.completion"}, {"model", b["model"]},
+                                        {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", "hi"}}}}}},
+                                        {"usage", usage}});
+    }
+    const bool include_usage = b.contains("stream_options") && b["stream_options"].value("include_usage", false);
+    http::Response resp;
+    resp.content_type = "text/event-stream";
+    resp.stream = [this, include_usage, usage](http::StreamWriter& w) {
+      for (int i = 0; i < o_.stream_chunks; ++i) {
+        json c = {{"object", "chat.completion.chunk"}, {"choices", {{{"index", 0}, {"delta", {{"content", "t" + std::to_string(i)}}}}}}};
+        if (!w.Write("data: " + c.dump() + "\n\n")) {
+          cancelled = true;
+          return;
+        }
+        ++chunks_sent;
+        if (o_.chunk_gap.count() > 0) std::this_thread::sleep_for(o_.chunk_gap);
+        if (w.closed()) {
+          cancelled = true;
+          return;
+        }
+      }
+      if (include_usage) w.Write("data: " + json{{"object", "chat.completion.chunk"}, {"choices", json::array()}, {"usage", usage}}.dump() + "\n\n");
+      w.Write("data: [DONE]\n\n");
+      stream_done_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch()).count();
+      stream_done = true;
+    };
+    return resp;
+  }
+
+  Options o_;
+  http::Router router_;
+  std::mutex mu_;
+  std::string metrics_;
+  json last_body_;
+  std::unique_ptr<http::Server> server_;
+};
+
+class CollectingSink : public UsageSink {
+ public:
+  void Record(UsageRecord r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.push_back(std::move(r));
+    cv_.notify_all();
+  }
+  std::vector<UsageRecord> records() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return records_;
+  }
+  bool WaitFor(size_t n, milliseconds t) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, t, [&] { return records_.size() >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<UsageRecord> records_;
+};
+
+// A port nothing listens on.
+uint16_t DeadPort() {
+  auto s = http::Server::Start({}, [](http::Request&) { return http::Response::Text(200, ""); });
+  uint16_t p = (*s)->port();
+  (*s)->Stop();
+  return p;
+}
+
+struct Harness {
+  explicit Harness(GatewayOptions o = {}, store::Store* store = nullptr) {
+    o.flush_period = milliseconds(50);
+    auto g = Gateway::Create({.directory = &dir, .authenticate = keys.AsAuthenticator(), .usage = &sink,
+                              .store = store, .clock = &clock},
+                             o);
+    EXPECT_TRUE(g.ok()) << g.status();
+    gw = std::move(*g);
+    auto s = GatewayServer::Start(gw.get(), {.worker_threads = 4}, 128);
+    EXPECT_TRUE(s.ok()) << s.status();
+    server = std::move(*s);
+    base = "http://127.0.0.1:" + std::to_string(server->port());
+  }
+  ~Harness() {
+    server->Stop();
+    gw->Stop();
+  }
+  void AddKey(const std::string& token, Caller c) { ASSERT_TRUE(keys.Add(token, std::move(c)).ok()); }
+  static json Chat(const std::string& model, const std::string& text = "hi", int max_tokens = 50, bool stream = false) {
+    json b = {{"model", model}, {"messages", {{{"role", "user"}, {"content", text}}}}, {"max_tokens", max_tokens}};
+    if (stream) b["stream"] = true;
+    return b;
+  }
+  StatusOr<http::ClientResponse> Post(const std::string& key, const json& body, http::Client* c = nullptr) {
+    http::Client local(base);
+    return (c ? c : &local)->Send("POST", "/v1/chat/completions", body.dump(), {{"Authorization", "Bearer " + key}});
+  }
+
+  FakeClock clock{1'000'000};
+  StaticDirectory dir;
+  StaticKeys keys;
+  CollectingSink sink;
+  std::unique_ptr<Gateway> gw;
+  std::unique_ptr<GatewayServer> server;
+  std::string base;
+};
+
+Route OneModel(std::string name, std::string tenant, std::vector<ReplicaInfo> replicas, std::vector<std::string> adapters = {}) {
+  Route r;
+  r.deployment = name;
+  r.model = r.base_model = std::move(name);
+  r.tenant = std::move(tenant);
+  r.replicas = std::move(replicas);
+  r.adapters = std::move(adapters);
+  return r;
+}
+
+void ExpectOpenAiError(const StatusOr<http::ClientResponse>& r, int status, const std::string& type,
+                       const std::string& message_part) {
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+  EXPECT_EQ(j["error"]["type"], type) << r->body;
+  EXPECT_TRUE(j["error"].contains("param") && j["error"].contains("code")) << r->body;
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(message_part), std::string::npos) << r->body;
+}
+
+// ---- routing -------------------------------------------------------------------------------
+
+struct RoutingCase {
+  std::string policy;
+  // per replica: running, waiting, kv
+  std::vector<std::tuple<int, int, double>> metrics;
+  std::string prompt;
+  int requests;
+  std::vector<std::string> want;  // replica ids in order
+};
+
+class RoutingTest : public ::testing::TestWithParam<RoutingCase> {};
+
+TEST_P(RoutingTest, PicksPerPolicy) {
+  const RoutingCase& c = GetParam();
+  std::vector<std::unique_ptr<FakeEngine>> engines;
+  std::vector<ReplicaInfo> reps;
+  for (size_t i = 0; i < c.metrics.size(); ++i) {
+    engines.push_back(std::make_unique<FakeEngine>());
+    auto [run, wait, kv] = c.metrics[i];
+    engines.back()->SetMetrics(run, wait, kv);
+    reps.push_back({"r" + std::to_string(i), engines.back()->url(), true});
+  }
+  GatewayOptions o;
+  o.policy = c.policy;
+  o.scrape_period = milliseconds(20);
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", reps)).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  std::this_thread::sleep_for(milliseconds(150));  // a few scrapes
+  std::vector<std::string> got;
+  for (int i = 0; i < c.requests; ++i) {
+    auto r = h.Post("k", Harness::Chat("m", c.prompt));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+    got.push_back(r->headers["x-aicloud-replica"]);
+  }
+  EXPECT_EQ(got, c.want);
+}
+
+const std::string kLongPrompt(1200, 'p');
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, RoutingTest,
+    ::testing::Values(
+        RoutingCase{"round-robin", {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}}, "hi", 6, {"r0", "r1", "r2", "r0", "r1", "r2"}},
+        // least-request: fewest running + waiting from the scraped metrics.
+        RoutingCase{"least-request", {{10, 2, 0.1}, {1, 0, 0.1}, {5, 0, 0.1}}, "hi", 3, {"r1", "r1", "r1"}},
+        // score: r0 is saturated (KV >= 0.8), r1 has a queue; r2 wins on queue and KV.
+        RoutingCase{"score", {{1, 0, 0.9}, {1, 3, 0.5}, {1, 0, 0.1}}, "hi", 3, {"r2", "r2", "r2"}},
+        // score with equal load: the prompt's prefix sticks to the replica that served it first.
+        RoutingCase{"score", {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}}, kLongPrompt, 4, {"r0", "r0", "r0", "r0"}},
+        RoutingCase{"prefix", {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}}, kLongPrompt, 3, {"r0", "r0", "r0"}}),
+    [](const auto& info) {
+      std::string n = info.param.policy + "_" + std::to_string(info.index);
+      for (char& ch : n) if (ch == '-') ch = '_';
+      return n;
+    });
+
+TEST(Gateway, ScoreSpreadsTiesWithoutMetrics) {
+  FakeEngine a, b;
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"a", a.url(), true}, {"b", b.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);
+  EXPECT_EQ(a.requests.load(), 3);
+  EXPECT_EQ(b.requests.load(), 3);
+}
+
+TEST(Gateway, RetriesAnotherReplicaWhenOneIsDead) {
+  FakeEngine live;
+  GatewayOptions o;
+  o.policy = "round-robin";
+  o.scrape_period = milliseconds(0);
+  Harness h(o);
+  const std::string dead = "127.0.0.1:" + std::to_string(DeadPort());
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"dead", dead, true}, {"live", live.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  for (int i = 0; i < 4; ++i) {
+    auto r = h.Post("k", Harness::Chat("m"));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->headers["x-aicloud-replica"], "live");
+  }
+  EXPECT_EQ(live.requests.load(), 4);
+  std::vector<UsageRecord> recs = h.sink.records();
+  ASSERT_EQ(recs.size(), 4u);
+  EXPECT_EQ(recs[0].attempts, 2);  // tried the dead one first, then ejected it
+  EXPECT_EQ(recs[1].attempts, 1);
+  EXPECT_GE(h.gw->metrics().Render().find("aicloud_gateway_upstream_retries_total{deployment=\"m\"} 1"), 0u);
+
+  // Every replica dead: 502 in OpenAI's shape, naming the failure.
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"dead", dead, true}})).ok());
+  ExpectOpenAiError(h.Post("k", Harness::Chat("m")), 502, "api_error", "deployment m");
+}
+
+// ---- keys and RBAC --------------------------------------------------------------------------
+
+TEST(Gateway, AuthenticationAndModelRbac) {
+  FakeEngine a, b;
+  Harness h;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("model-a", "ta", {{"r", a.url(), true}}, {"lora-a1", "lora-a2"})).ok());
+  ASSERT_TRUE(h.dir.Upsert(OneModel("model-b", "tb", {{"r", b.url(), true}})).ok());
+  h.AddKey("key-a", {.key_id = "ka", .tenant = "ta"});
+  h.AddKey("key-b", {.key_id = "kb", .tenant = "tb"});
+  h.AddKey("key-b-granted", {.key_id = "kbg", .tenant = "tb", .models = {"model-a"}});
+  h.AddKey("key-b-adapter", {.key_id = "kba", .tenant = "tb", .models = {"lora-a2"}});
+
+  ExpectOpenAiError(h.Post("nope", Harness::Chat("model-a")), 401, "authentication_error", "invalid API key");
+  http::Client c(h.base);
+  ExpectOpenAiError(c.Send("POST", "/v1/chat/completions", Harness::Chat("model-a").dump()), 401,
+                    "authentication_error", "missing API key");
+  ExpectOpenAiError(h.Post("key-b", Harness::Chat("model-a")), 403, "permission_denied_error", "may not use model `model-a`");
+  ExpectOpenAiError(h.Post("key-b", Harness::Chat("lora-a1")), 403, "permission_denied_error", "lora-a1");
+  ExpectOpenAiError(h.Post("key-a", Harness::Chat("no-such-model")), 404, "not_found_error", "`no-such-model` does not exist");
+  ExpectOpenAiError(h.Post("key-a", json{{"model", "model-a"}}), 400, "invalid_request_error", "messages");
+  EXPECT_EQ(a.requests.load(), 0);
+
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"))->status, 200);
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("lora-a1"))->status, 200);   // own tenant's adapter
+  EXPECT_EQ(a.last_body()["model"], "lora-a1");                         // adapters go upstream by name
+  EXPECT_EQ(h.Post("key-b-granted", Harness::Chat("lora-a2"))->status, 200);  // inherits the base's grant
+  EXPECT_EQ(h.Post("key-b-adapter", Harness::Chat("lora-a2"))->status, 200);
+  ExpectOpenAiError(h.Post("key-b-adapter", Harness::Chat("model-a")), 403, "permission_denied_error", "model-a");
+
+  auto models = [&](const std::string& key) {
+    std::vector<std::string> ids;
+    auto r = c.Send("GET", "/v1/models", "", {{"Authorization", "Bearer " + key}});
+    EXPECT_EQ(r->status, 200);
+    for (const json& m : json::parse(r->body)["data"]) ids.push_back(m["id"]);
+    return ids;
+  };
+  EXPECT_EQ(models("key-a"), (std::vector<std::string>{"model-a", "lora-a1", "lora-a2"}));
+  EXPECT_EQ(models("key-b"), (std::vector<std::string>{"model-b"}));
+  EXPECT_EQ(models("key-b-granted"), (std::vector<std::string>{"model-a", "lora-a1", "lora-a2", "model-b"}));
+  EXPECT_EQ(models("key-b-adapter"), (std::vector<std::string>{"lora-a2", "model-b"}));
+  EXPECT_EQ(c.Send("GET", "/v1/models", "", {{"Authorization", "Bearer bad"}})->status, 401);
+}
+
+// ---- rate limits ---------------------------------------------------------------------------
+
+TEST(Gateway, RpmAndTpmAnswer429WithRetryAfter) {
+  FakeEngine e({.prompt_tokens = 10, .completion_tokens = 300});
+  Harness h;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("rpm", {.key_id = "krpm", .tenant = "t", .key_limits = {.rpm = 2}});
+  h.AddKey("tpm", {.key_id = "ktpm", .tenant = "t2", .tenant_limits = {.tpm = 1000}});
+  EXPECT_EQ(h.Post("rpm", Harness::Chat("m"))->status, 200);
+  EXPECT_EQ(h.Post("rpm", Harness::Chat("m"))->status, 200);
+  auto r = h.Post("rpm", Harness::Chat("m"));
+  ExpectOpenAiError(r, 429, "rate_limit_error", "key krpm allows 2 requests per minute");
+  EXPECT_EQ(r->headers["retry-after"], "30");
+  h.clock.Advance(30 * kMicrosPerSecond);  // one request's worth refilled
+  EXPECT_EQ(h.Post("rpm", Harness::Chat("m"))->status, 200);
+
+  // tpm: each request reserves ~340 tokens and is settled at its usage of 310.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(h.Post("tpm", Harness::Chat("m", "hi", 300))->status, 200) << i;
+  auto t = h.Post("tpm", Harness::Chat("m", "hi", 300));
+  ExpectOpenAiError(t, 429, "rate_limit_error", "tenant t2 allows 1000 tokens per minute");
+  EXPECT_GE(std::stoi(t->headers["retry-after"]), 1);
+  EXPECT_EQ(e.requests.load(), 6);
+}
+
+// ---- budgets -------------------------------------------------------------------------------
+
+TEST(Gateway, BudgetReservationHoldsUnder1000ConcurrentRequests) {
+  FakeEngine e({.prompt_tokens = 5, .completion_tokens = 50});
+  store::MemoryStore store;
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  Harness h(o, &store);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  const int64_t kBudget = 20'000;
+  Limits tenant{.budget_tokens = kBudget};
+  h.AddKey("k1", {.key_id = "k1", .tenant = "t", .tenant_limits = tenant});
+  h.AddKey("k2", {.key_id = "k2", .tenant = "t", .key_limits = {.budget_tokens = 15'000}, .tenant_limits = tenant});
+  std::atomic<int> ok{0}, over{0}, other{0}, next{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 50; ++t) {
+    threads.emplace_back([&, t] {
+      http::Client c(h.base);
+      while (next.fetch_add(1) < 1000) {
+        auto r = h.Post(t % 2 ? "k1" : "k2", Harness::Chat("m", "hi", 50), &c);
+        if (r.ok() && r->status == 200) ++ok;
+        else if (r.ok() && r->status == 429 && r->body.find("insufficient_quota") != std::string::npos) ++over;
+        else ++other;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(ok.load() + over.load(), 1000);
+  EXPECT_GT(over.load(), 0);
+  const BudgetUsage u = h.gw->ledger().Usage("tenant t");
+  EXPECT_LE(u.spent_tokens, kBudget);
+  EXPECT_EQ(u.spent_tokens, 55 * ok.load());       // settled at the real usage
+  EXPECT_EQ(u.reserved_tokens, 0);
+  EXPECT_LE(h.gw->ledger().Usage("key k2").spent_tokens, 15'000);
+  EXPECT_EQ(e.requests.load(), ok.load());          // refused requests never reached the engine
+  EXPECT_GT(ok.load(), kBudget / 83 - 1);           // at most one reservation's worth unused
+  ASSERT_TRUE(h.gw->ledger().Flush().ok());
+  BudgetLedger reloaded(&store, [] { return int64_t{0}; });
+  ASSERT_TRUE(reloaded.Load().ok());
+  EXPECT_EQ(reloaded.Usage("tenant t").spent_tokens, u.spent_tokens);
+}
+
+TEST(Gateway, BudgetedCallerWithoutMaxTokensGetsTheDefaultSentUpstream) {
+  FakeEngine e;
+  GatewayOptions o;
+  o.default_max_tokens = 64;
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t", .key_limits = {.budget_cost = 1}});
+  json body = Harness::Chat("m");
+  body.erase("max_tokens");
+  EXPECT_EQ(h.Post("k", body)->status, 200);
+  EXPECT_EQ(e.last_body()["max_tokens"], 64);
+}
+
+// ---- scale from zero -----------------------------------------------------------------------
+
+TEST(Gateway, HoldsUntilAReplicaIsReadyThenForwards) {
+  FakeEngine e;
+  GatewayOptions o;
+  o.hold_timeout = milliseconds(5000);
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  std::thread starter;
+  h.dir.OnWant([&](const std::string& d, int) {
+    if (starter.joinable()) return;
+    starter = std::thread([&, d] {
+      std::this_thread::sleep_for(milliseconds(300));  // "weights loading"
+      ASSERT_TRUE(h.dir.SetReplicas(d, {{"r0", e.url(), true}}).ok());
+    });
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = h.Post("k", Harness::Chat("m"));
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  starter.join();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_GE(waited, milliseconds(300));
+  EXPECT_LT(waited, milliseconds(3000));
+  EXPECT_EQ(h.dir.Wanted("m"), 1);
+  EXPECT_GE(h.sink.records().back().held_s, 0.29);
+}
+
+TEST(Gateway, HoldTimesOutWith503AndAFullQueueGets429) {
+  FakeEngine e;
+  GatewayOptions o;
+  o.hold_timeout = milliseconds(300);
+  o.hold_queue_size = 2;
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r0", e.url(), false}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t", .key_limits = {.budget_tokens = 1'000'000}});
+  auto r = h.Post("k", Harness::Chat("m"));
+  ExpectOpenAiError(r, 503, "api_error", "no replica of deployment m became ready within");
+  EXPECT_FALSE(r->headers["retry-after"].empty());
+  EXPECT_EQ(h.gw->ledger().Usage("key k").reserved_tokens, 0);  // the reservation was released
+  EXPECT_EQ(h.gw->ledger().Usage("key k").spent_tokens, 0);
+
+  // Two requests wait, the third is refused at once, then a replica comes and both are served.
+  Harness h2([] {
+    GatewayOptions o2;
+    o2.hold_timeout = milliseconds(10000);
+    o2.hold_queue_size = 2;
+    return o2;
+  }());
+  ASSERT_TRUE(h2.dir.Upsert(OneModel("m", "t", {{"r0", e.url(), false}})).ok());
+  h2.AddKey("k", {.key_id = "k", .tenant = "t"});
+  std::vector<std::thread> held;
+  std::atomic<int> served{0};
+  for (int i = 0; i < 2; ++i) {
+    held.emplace_back([&] {
+      auto x = h2.Post("k", Harness::Chat("m"));
+      if (x.ok() && x->status == 200) ++served;
+    });
+  }
+  for (int i = 0; i < 200 && h2.gw->Held("m") < 2; ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_EQ(h2.gw->Held("m"), 2);
+  ExpectOpenAiError(h2.Post("k", Harness::Chat("m")), 429, "rate_limit_error", "hold queue is full");
+  ASSERT_TRUE(h2.dir.SetReady("m", "r0", true).ok());
+  for (auto& t : held) t.join();
+  EXPECT_EQ(served.load(), 2);
+  EXPECT_EQ(h2.gw->Held("m"), 0);
+}
+
+// ---- streaming -----------------------------------------------------------------------------
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+TEST(Gateway, StreamsChunksBeforeTheUpstreamFinishes) {
+  FakeEngine e({.prompt_tokens = 7, .completion_tokens = 50, .stream_chunks = 5, .chunk_gap = milliseconds(150)});
+  Harness h;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  http::Client c(h.base);
+  http::SseParser parser;
+  std::vector<std::string> data;
+  int64_t first_us = 0;
+  http::ClientResponse head;
+  Status st = c.Stream("POST", "/v1/chat/completions", Harness::Chat("m", "hi", 50, true).dump(),
+                       {{"Authorization", "Bearer k"}},
+                       [&](std::string_view bytes) {
+                         if (first_us == 0) first_us = NowUs();
+                         for (http::SseEvent& ev : parser.Feed(bytes)) data.push_back(ev.data);
+                         return true;
+                       },
+                       &head);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.headers["content-type"], "text/event-stream");
+  ASSERT_TRUE(e.stream_done.load());
+  EXPECT_LT(first_us, e.stream_done_us.load() - 400'000);  // the first chunk came >= 0.4 s early
+  ASSERT_EQ(data.size(), 6u);  // 5 chunks + [DONE]; the usage chunk the gateway asked for is not passed on
+  EXPECT_EQ(data.back(), "[DONE]");
+  EXPECT_EQ(json::parse(data[0])["choices"][0]["delta"]["content"], "t0");
+  EXPECT_TRUE(e.last_body()["stream_options"]["include_usage"]);
+  ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
+  UsageRecord rec = h.sink.records()[0];
+  EXPECT_TRUE(rec.usage_reported);
+  EXPECT_EQ(rec.prompt_tokens, 7);
+  EXPECT_EQ(rec.completion_tokens, 50);
+  EXPECT_TRUE(rec.stream);
+  EXPECT_GT(rec.ttft_s, 0);
+}
+
+TEST(Gateway, StreamPassesUsageThroughWhenTheClientAsks) {
+  FakeEngine e;
+  Harness h;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  json body = Harness::Chat("m", "hi", 20, true);
+  body["stream_options"] = {{"include_usage", true}};
+  auto r = h.Post("k", body);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(r->body.find("\"usage\""), std::string::npos) << r->body;
+}
+
+TEST(Gateway, ClientDisconnectCancelsTheUpstream) {
+  FakeEngine e({.stream_chunks = 200, .chunk_gap = milliseconds(20)});
+  Harness h;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  {
+    http::Client c(h.base);
+    int seen = 0;
+    Status st = c.Stream("POST", "/v1/chat/completions", Harness::Chat("m", "hi", 500, true).dump(),
+                         {{"Authorization", "Bearer k"}}, [&](std::string_view) { return ++seen < 3; });
+    ASSERT_TRUE(st.ok()) << st;
+  }  // the client hangs up after 3 reads
+  for (int i = 0; i < 300 && !e.cancelled.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_TRUE(e.cancelled.load());
+  EXPECT_LT(e.chunks_sent.load(), 100);
+  EXPECT_FALSE(e.stream_done.load());
+  ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
+  EXPECT_EQ(h.sink.records()[0].error, "client disconnected");
+}
+
+TEST(Gateway, UpstreamErrorsPassThroughAndMetricsAreServed) {
+  FakeEngine e;
+  Harness h;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  EXPECT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);
+  http::Client c(h.base);
+  auto m = c.Send("GET", "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->body.find("aicloud_gateway_requests_total{model=\"m\",code=\"200\"} 1"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("aicloud_gateway_tokens_total{model=\"m\",type=\"completion\"} 50"), std::string::npos);
+  EXPECT_NE(m->body.find("aicloud_gateway_request_duration_seconds_bucket"), std::string::npos);
+  // The usage record names everything the server's accounting needs.
+  UsageRecord r = h.sink.records().back();
+  EXPECT_EQ(r.key_id, "k");
+  EXPECT_EQ(r.tenant, "t");
+  EXPECT_EQ(r.replica, "r");
+  EXPECT_EQ(r.deployment, "m");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_GT(r.latency_s, 0);
+}
+
+}  // namespace
+}  // namespace aicloud::gateway

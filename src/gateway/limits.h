@@ -1,0 +1,66 @@
+// Rate limits: requests per minute and tokens per minute, per key and per tenant.
+//
+// Each (scope, rpm|tpm) is a token bucket holding at most one minute of allowance: it starts
+// full, refills continuously at limit/60 per second, and a request takes 1 from the rpm bucket and
+// its token estimate from the tpm bucket — from every scope at once or from none. So a key with
+// rpm 60 may burst 60 requests, then send one per second; a quiet minute restores the burst.
+// (A sliding-window log would be exact but costs memory per request; the bucket is the usual
+// choice of Envoy's and NGINX's limiters.)
+//
+// Tokens are not known before the answer: admission takes the request's estimate (prompt
+// estimate + max_tokens), and Adjust() returns the difference once the real usage is known (or
+// takes more, letting the bucket go negative, which delays later requests).
+//
+//   RateLimiter rl(&clock);
+//   RateVerdict v = rl.Admit({{"key k1", &caller.key_limits}, {"tenant nlp", &caller.tenant_limits}}, 900);
+//   if (!v.ok) return 429 with Retry-After v.retry_after_s and v.message;
+//   ... rl.Adjust(scopes, 900 - used);
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+
+#include "core/clock.h"
+#include "gateway/access.h"
+
+namespace aicloud::gateway {
+
+// One scope of a request: "key k1" or "tenant nlp" (the name appears in 429 messages).
+struct LimitScope {
+  std::string name;
+  const Limits* limits = nullptr;  // not owned; only used during the call
+};
+
+struct RateVerdict {
+  bool ok = true;
+  std::string message;    // which limit, e.g. "rate limit: key k1 allows 60 requests per minute"
+  int retry_after_s = 0;  // when the request would fit (at least 1)
+};
+
+// Thread-safe (one mutex; a bucket update is a few arithmetic operations).
+class RateLimiter {
+ public:
+  explicit RateLimiter(Clock* clock) : clock_(clock) {}
+
+  RateVerdict Admit(std::span<const LimitScope> scopes, int64_t tokens);
+  // delta > 0 returns tokens to the tpm buckets (the estimate was high), < 0 takes more.
+  void Adjust(std::span<const LimitScope> scopes, int64_t delta);
+
+ private:
+  struct Bucket {
+    double level = 0;
+    int64_t at_us = 0;
+    bool init = false;
+  };
+  static void Refill(Bucket& b, int64_t limit, int64_t now_us);
+
+  Clock* const clock_;
+  std::mutex mu_;
+  std::unordered_map<std::string, Bucket> rpm_;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, Bucket> tpm_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace aicloud::gateway

@@ -1,0 +1,124 @@
+#include "gateway/request.h"
+
+namespace aicloud::gateway {
+namespace {
+
+using nlohmann::json;
+
+void AppendContent(const json& content, std::string* out) {
+  if (content.is_string()) {
+    out->append(content.get_ref<const std::string&>());
+  } else if (content.is_array()) {  // [{"type": "text", "text": "..."}, {"type": "image_url", ...}]
+    for (const json& part : content) {
+      if (part.is_object() && part.contains("text") && part["text"].is_string()) {
+        out->append(part["text"].get_ref<const std::string&>());
+      }
+    }
+  }
+}
+
+// A completion prompt or an embedding input: a string, a list of strings, token ids, or a list
+// of token-id lists.
+void AppendPrompt(const json& p, RequestInfo* info) {
+  if (p.is_string()) {
+    info->prompt_text.append(p.get_ref<const std::string&>());
+  } else if (p.is_array()) {
+    for (const json& x : p) {
+      if (x.is_string()) info->prompt_text.append(x.get_ref<const std::string&>());
+      else if (x.is_number_integer()) ++info->prompt_token_ids;
+      else if (x.is_array()) info->prompt_token_ids += static_cast<int64_t>(x.size());
+    }
+  }
+}
+
+}  // namespace
+
+const char* EndpointName(Endpoint e) {
+  switch (e) {
+    case Endpoint::kChat: return "chat/completions";
+    case Endpoint::kCompletions: return "completions";
+    case Endpoint::kEmbeddings: return "embeddings";
+  }
+  return "?";
+}
+
+int64_t RequestInfo::PromptTokensUpperBound() const {
+  return static_cast<int64_t>(prompt_text.size()) + prompt_token_ids + 8 * static_cast<int64_t>(messages) + 16;
+}
+
+StatusOr<RequestInfo> ParseRequestInfo(const json& body, Endpoint endpoint) {
+  RequestInfo info;
+  auto m = body.find("model");
+  if (m == body.end() || !m->is_string() || m->get_ref<const std::string&>().empty()) {
+    return InvalidArgumentError("model: required, a string");
+  }
+  info.model = m->get<std::string>();
+  if (auto s = body.find("stream"); s != body.end() && !s->is_null()) {
+    if (!s->is_boolean()) return InvalidArgumentError("stream: must be a boolean");
+    info.stream = s->get<bool>();
+  }
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
+    info.include_usage = so->value("include_usage", false);
+  }
+  for (const char* field : {"max_completion_tokens", "max_tokens"}) {
+    auto t = body.find(field);
+    if (t == body.end() || t->is_null()) continue;
+    if (!t->is_number_integer() || t->get<int64_t>() < 0) {
+      return InvalidArgumentError(std::string(field) + ": must be a non-negative integer");
+    }
+    info.max_tokens = t->get<int64_t>();
+    break;
+  }
+  if (auto n = body.find("n"); n != body.end() && n->is_number_integer()) info.n = std::max<int64_t>(1, n->get<int64_t>());
+  switch (endpoint) {
+    case Endpoint::kChat: {
+      auto msgs = body.find("messages");
+      if (msgs == body.end() || !msgs->is_array()) return InvalidArgumentError("messages: required, a list");
+      for (const json& msg : *msgs) {
+        if (!msg.is_object()) return InvalidArgumentError("messages: each message must be an object");
+        ++info.messages;
+        if (auto r = msg.find("role"); r != msg.end() && r->is_string()) info.prompt_text.append(r->get_ref<const std::string&>());
+        info.prompt_text.push_back('\n');
+        if (auto c = msg.find("content"); c != msg.end()) AppendContent(*c, &info.prompt_text);
+        info.prompt_text.push_back('\n');
+      }
+      break;
+    }
+    case Endpoint::kCompletions:
+      if (auto p = body.find("prompt"); p != body.end()) AppendPrompt(*p, &info);
+      break;
+    case Endpoint::kEmbeddings:
+      if (auto p = body.find("input"); p != body.end()) AppendPrompt(*p, &info);
+      info.max_tokens = 0;
+      break;
+  }
+  return info;
+}
+
+std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks) {
+  std::vector<uint64_t> out;
+  if (block_bytes == 0) return out;
+  uint64_t prev = 0xcbf29ce484222325ull;  // FNV offset basis
+  for (size_t at = 0; at + block_bytes <= text.size() && static_cast<int>(out.size()) < max_blocks; at += block_bytes) {
+    uint64_t h = prev;
+    for (size_t i = at; i < at + block_bytes; ++i) {
+      h ^= static_cast<unsigned char>(text[i]);
+      h *= 0x100000001b3ull;  // FNV prime
+    }
+    out.push_back(h);
+    prev = h;
+  }
+  return out;
+}
+
+std::optional<TokenUsage> UsageOf(const json& body) {
+  if (!body.is_object()) return std::nullopt;
+  auto u = body.find("usage");
+  if (u == body.end() || !u->is_object()) return std::nullopt;
+  TokenUsage t;
+  t.prompt_tokens = u->value("prompt_tokens", int64_t{0});
+  t.completion_tokens = u->value("completion_tokens", int64_t{0});
+  return t;
+}
+
+}  // namespace aicloud::gateway

@@ -1,0 +1,58 @@
+// What the gateway reads from an OpenAI request body before forwarding it: the model, whether
+// it streams, max_tokens, and the prompt text for the token estimate and prefix affinity.
+//
+// Token estimate (an upper bound, so budget reservations cannot be exceeded): every token of a
+// byte-level BPE vocabulary covers at least one byte of text, so a prompt of B bytes encodes to
+// at most B tokens; chat templates add a few special tokens per message (8 allowed) and per
+// request (16). Token-id prompts count exactly. It overestimates English text about 4x: the
+// reservation is returned at settlement, so this only matters to a request that would need the
+// last few percent of a budget.
+//
+// Prefix hashes (for the prefix-aware routers): the prompt text — for chat, "role\ncontent\n"
+// of each message in order — cut into fixed blocks of `block_bytes` bytes (256 bytes ≈ 64
+// tokens, GIE's default block), each hashed with FNV-1a-64 seeded by the previous block's hash,
+// so equal hashes mean equal prefixes. A trailing partial block is not hashed (it cannot be a
+// full cached block on the engine either). At most `max_blocks` hashes.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace aicloud::gateway {
+
+enum class Endpoint { kChat, kCompletions, kEmbeddings };
+const char* EndpointName(Endpoint e);  // "chat/completions", ...
+
+struct RequestInfo {
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;         // the client asked for stream_options.include_usage
+  std::optional<int64_t> max_tokens;  // max_completion_tokens or max_tokens
+  int64_t n = 1;                      // choices per prompt (completion tokens multiply)
+  std::string prompt_text;            // see above
+  int64_t prompt_token_ids = 0;       // prompts given as token ids
+  int messages = 0;
+
+  // Upper bound of prompt tokens (see above).
+  int64_t PromptTokensUpperBound() const;
+};
+
+// INVALID_ARGUMENT naming the field ("model: required, a string") for what the gateway itself
+// needs; everything else is left to the engine to judge.
+StatusOr<RequestInfo> ParseRequestInfo(const nlohmann::json& body, Endpoint endpoint);
+
+std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks);
+
+struct TokenUsage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+// The `usage` object of a completion response or of a stream's final chunk, if present.
+std::optional<TokenUsage> UsageOf(const nlohmann::json& body);
+
+}  // namespace aicloud::gateway

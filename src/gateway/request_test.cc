@@ -1,0 +1,108 @@
+#include "gateway/request.h"
+
+#include <gtest/gtest.h>
+
+#include "gateway/access.h"
+#include "gateway/replicas.h"
+
+namespace aicloud::gateway {
+namespace {
+
+using nlohmann::json;
+
+TEST(RequestInfo, ChatPromptAndEstimateIsAnUpperBound) {
+  json body = {{"model", "m"},
+               {"messages", {{{"role", "system"}, {"content", "be brief"}},
+                             {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "hello"}}}}}}},
+               {"max_tokens", 20},
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}}};
+  StatusOr<RequestInfo> r = ParseRequestInfo(body, Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt_text, "system\nbe brief\nuser\nhello\n");
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_EQ(r->max_tokens, 20);
+  EXPECT_EQ(r->PromptTokensUpperBound(), 28 + 2 * 8 + 16);
+}
+
+TEST(RequestInfo, CompletionTokenIdsCountExactly) {
+  StatusOr<RequestInfo> r = ParseRequestInfo({{"model", "m"}, {"prompt", {1, 2, 3}}}, Endpoint::kCompletions);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->prompt_token_ids, 3);
+  EXPECT_FALSE(r->max_tokens.has_value());
+}
+
+TEST(RequestInfo, BadFieldsAreNamed) {
+  struct Case {
+    json body;
+    Endpoint ep;
+    const char* want;
+  } cases[] = {
+      {json::object(), Endpoint::kChat, "model: required"},
+      {{{"model", 3}}, Endpoint::kChat, "model: required"},
+      {{{"model", "m"}}, Endpoint::kChat, "messages: required"},
+      {{{"model", "m"}, {"messages", json::array()}, {"stream", "yes"}}, Endpoint::kChat, "stream: must be a boolean"},
+      {{{"model", "m"}, {"prompt", "x"}, {"max_tokens", -1}}, Endpoint::kCompletions, "max_tokens: must be"},
+  };
+  for (const Case& c : cases) {
+    StatusOr<RequestInfo> r = ParseRequestInfo(c.body, c.ep);
+    ASSERT_FALSE(r.ok()) << c.body.dump();
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(PrefixHashes, ChainedOverFullBlocks) {
+  std::string a(1000, 'a'), b = a;
+  b[600] = 'b';
+  std::vector<uint64_t> ha = PrefixHashes(a, 256, 256), hb = PrefixHashes(b, 256, 256);
+  ASSERT_EQ(ha.size(), 3u);  // 1000 / 256: the partial block is not hashed
+  EXPECT_EQ(ha[0], hb[0]);
+  EXPECT_EQ(ha[1], hb[1]);
+  EXPECT_NE(ha[2], hb[2]);
+  EXPECT_NE(ha[0], ha[1]);  // same bytes, different position: chained
+  EXPECT_EQ(PrefixHashes(a, 256, 2).size(), 2u);
+}
+
+TEST(EngineMetrics, ParsesVllmGauges) {
+  EngineMetrics m = ParseEngineMetrics(
+      "# HELP vllm:num_requests_running x\n"
+      "vllm:num_requests_running{model_name=\"a\"} 3\n"
+      "vllm:num_requests_waiting{model_name=\"a\"} 2\n"
+      "vllm:num_requests_waiting{model_name=\"b\"} 1\n"
+      "vllm:kv_cache_usage_perc{model_name=\"a\"} 0.25\n"
+      "vllm:num_requests_running_other 99\n");
+  EXPECT_TRUE(m.any);
+  EXPECT_EQ(m.running, 3);
+  EXPECT_EQ(m.waiting, 3);
+  EXPECT_DOUBLE_EQ(m.kv_usage, 0.25);
+  EXPECT_FALSE(ParseEngineMetrics("up 1\n").any);
+}
+
+TEST(Access, BearerAndRbac) {
+  EXPECT_EQ(BearerToken("Bearer abc"), "abc");
+  EXPECT_EQ(BearerToken("bearer  abc "), "abc");
+  EXPECT_EQ(BearerToken("Basic abc"), "");
+  Route r{.deployment = "d", .tenant = "a", .model = "m", .base_model = "m", .adapters = {"lora1", "lora2"}};
+  struct Case {
+    Caller who;
+    std::string adapter;
+    bool want;
+  } cases[] = {
+      {{.tenant = "a"}, "", true},
+      {{.tenant = "a"}, "lora1", true},
+      {{.tenant = "b"}, "", false},
+      {{.tenant = "b"}, "lora1", false},
+      {{.tenant = "b", .models = {"m"}}, "lora2", true},    // adapters inherit the base's grant
+      {{.tenant = "b", .models = {"lora1"}}, "lora1", true},
+      {{.tenant = "b", .models = {"lora1"}}, "lora2", false},
+      {{.tenant = "b", .models = {"lora1"}}, "", false},    // an adapter grant is not the base's
+      {{.tenant = "b", .models = {"*"}}, "", true},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(MayUse(c.who, r, c.adapter), c.want) << c.who.tenant << " " << c.adapter;
+  }
+}
+
+}  // namespace
+}  // namespace aicloud::gateway
