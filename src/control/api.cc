@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "control/deployment.h"
 #include "control/manifest.h"
 
 namespace aicloud::control {
@@ -632,6 +633,10 @@ http::Response Api::Create(http::Request& req, const std::string& plural, const 
   if (!valid.ok()) return Error(valid);
   const std::string name = o["metadata"]["name"];
   std::string warning;
+  if (kind->kind == "Deployment") {
+    StatusOr<DeploymentSpec> d = ParseDeploymentSpec(o.value("spec", json::object()), name);
+    if (!d.ok()) return Error(d.status());
+  }
   if (kind->kind == "Job") {
     Status admit = AdmitJob(o, &warning);
     if (!admit.ok()) {
@@ -697,6 +702,10 @@ http::Response Api::Replace(http::Request& req, const std::string& plural, const
   }
   Status valid = ValidateObject(o);
   if (!valid.ok()) return Error(valid);
+  if (kind->kind == "Deployment") {
+    StatusOr<DeploymentSpec> d = ParseDeploymentSpec(o.value("spec", json::object()), name);
+    if (!d.ok()) return Error(d.status());
+  }
   StatusOr<json> cur = store_->Get({std::string(kind->kind), tenant, name});
   if (!cur.ok()) return Error(cur.status());
   // The server owns status; Jobs keep their spec (cancel and re-create to change it).

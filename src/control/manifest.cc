@@ -444,6 +444,41 @@ const S& JobSpec() {
   return s;
 }
 
+const S& DeploymentSpec() {
+  static const S s = {
+      {"model", T::kString, true},
+      {"servedModelName", T::kString},
+      {"adapters", T::kArray, false, {{"name", T::kString, true}, {"path", T::kString, true}}, T::kObject},
+      {"resources", T::kObject, false,
+       {{"cpu", T::kQuantity},
+        {"memory", T::kQuantity},
+        {"gpu", T::kObject, false,
+         {{"count", T::kInt},
+          {"model", T::kStringOrList},
+          {"topology", T::kString},
+          {"profile", T::kString},
+          {"fraction", T::kNumber},
+          {"memoryGiB", T::kNumber}}}}},
+      {"replicas", T::kObject, false, {{"min", T::kInt}, {"max", T::kInt}}},
+      {"slo", T::kObject, false,
+       {{"ttftP99Ms", T::kNumber}, {"tpotP99Ms", T::kNumber}, {"tokensPerS", T::kNumber}}},
+      {"profile", T::kString},
+      {"scaleToZeroSeconds", T::kInt},
+      {"lane", T::kString},
+      {"autoscaler", T::kObject, false, {{"policy", T::kString}, {"targetConcurrency", T::kNumber}}},
+      {"engine", T::kObject, false,
+       {{"threads", T::kInt},
+        {"kvCacheGiB", T::kNumber},
+        {"dtype", T::kString},
+        {"maxNumSeqs", T::kInt},
+        {"args", T::kArray, false, {}, T::kString}}},
+      {"strategy", T::kObject, false, {{"maxSurge", T::kInt}, {"maxUnavailable", T::kInt}}},
+      {"queue", T::kString},
+      {"priority", T::kInt},
+  };
+  return s;
+}
+
 const S& UserSpec() {
   static const S s = {{"displayName", T::kString}, {"email", T::kString}};
   return s;
@@ -469,6 +504,7 @@ const S* SpecSchema(std::string_view kind) {
   if (kind == "Node") return &NodeSpec();
   if (kind == "Rack") return &RackSpec();
   if (kind == "Job") return &JobSpec();
+  if (kind == "Deployment") return &DeploymentSpec();
   if (kind == "Event") return &EventSpec();
   return nullptr;  // server-written kinds: spec checked by their writers
 }
@@ -518,6 +554,7 @@ const std::vector<KindInfo>& Kinds() {
       {"RoleBinding", "rolebindings", true, true}, {"ApiKey", "apikeys", false, false},
       {"Node", "nodes", false, true},           {"Rack", "racks", false, true},
       {"Job", "jobs", true, true},              {"Event", "events", true, false},
+      {"Deployment", "deployments", true, true},
       {"AuditRecord", "auditrecords", false, false},
   };
   return kinds;
@@ -542,7 +579,7 @@ const KindInfo* FindKindLoose(std::string_view name) {
   for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   static const std::vector<std::pair<std::string_view, std::string_view>> kShort = {
       {"no", "nodes"}, {"rb", "rolebindings"}, {"ev", "events"}, {"audit", "auditrecords"},
-      {"key", "apikeys"}, {"keys", "apikeys"}};
+      {"key", "apikeys"}, {"keys", "apikeys"}, {"deploy", "deployments"}};
   for (const auto& [s, plural] : kShort) {
     if (lower == s) return FindKindByPlural(plural);
   }

@@ -1,0 +1,84 @@
+// Deployment: a model served by a set of `aicloud engine` replicas with SLO targets. This file
+// turns a Deployment's `spec` into the typed form the deployment controller uses, and builds
+// the Job object of one replica (replicas are ordinary jobs the scheduler places and agents run,
+// labelled with their deployment, as a Kubernetes Deployment owns its pods).
+//
+//   spec:
+//     model: /models/smollm2-135m        # a Hugging Face checkpoint directory on the nodes
+//     servedModelName: chat              # default: metadata.name
+//     adapters: [{name: sql, path: /adapters/sql}]   # LoRA adapters served next to the base
+//     resources: {cpu: "2", memory: 2Gi} # per replica; gpu forms as a Job's
+//     replicas: {min: 0, max: 4}
+//     slo: {ttftP99Ms: 2000, tpotP99Ms: 200, tokensPerS: 100}
+//     profile: balanced                  # latency | balanced | throughput: engine batch limits
+//     scaleToZeroSeconds: 300            # idle time before min 0 scales to zero
+//     lane: interactive                  # workload lane: the node pool replicas run in
+//     autoscaler: {policy: ours, targetConcurrency: 8}   # ours | hpa | kpa | aibrix
+//     engine: {threads: 2, kvCacheGiB: 1, dtype: auto, args: ["--max-model-len", "2048"]}
+//     strategy: {maxSurge: 1, maxUnavailable: 0}         # rolling update
+//     queue: serving                     # tenant queue (quota); priority: 100
+//
+// Profiles map to the engine's batch limits as the seed's table does: latency runs at most 4
+// sequences a step, balanced 32, throughput 128 (--max-num-seqs), with token budgets of 256,
+// 512 and 2048 (--max-num-batched-tokens).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace aicloud::control {
+
+struct DeploymentSpec {
+  std::string model;                                  // checkpoint directory
+  std::string served_model_name;                      // what clients put in "model"
+  std::vector<std::pair<std::string, std::string>> adapters;  // name, directory
+  nlohmann::json resources = nlohmann::json::object();  // as a Job's spec.resources
+  int min_replicas = 1;
+  int max_replicas = 1;
+  double ttft_p99_ms = 0, tpot_p99_ms = 0, tokens_per_s = 0;
+  std::string profile = "balanced";
+  int max_num_seqs = 32;
+  int max_num_batched_tokens = 512;
+  int scale_to_zero_seconds = 300;
+  std::string lane;
+  std::string autoscaler = "ours";
+  double target_concurrency = 0;  // 0: 70% of max_num_seqs
+  int threads = 2;
+  double kv_cache_gib = 1.0;
+  std::string dtype = "auto";
+  std::vector<std::string> engine_args;
+  int max_surge = 1;
+  int max_unavailable = 0;
+  std::string queue;
+  int priority = 0;
+
+  // The part of the spec that defines a replica (everything but scaling): replicas made from
+  // an older template are replaced by a rolling update.
+  nlohmann::json Template() const;
+  // A short stable hash of Template(), used in replica names and labels.
+  std::string Revision() const;
+};
+
+// Parses and checks a Deployment spec (already schema-validated for types). INVALID_ARGUMENT
+// with the field path, e.g. "spec.replicas.max: must be >= spec.replicas.min (2)".
+// `name` is metadata.name (the default served model name).
+StatusOr<DeploymentSpec> ParseDeploymentSpec(const nlohmann::json& spec, const std::string& name);
+
+// Labels on replica jobs.
+inline constexpr char kDeploymentLabel[] = "aicloud/deployment";
+inline constexpr char kRevisionLabel[] = "aicloud/revision";
+inline constexpr char kPortLabel[] = "aicloud/port";
+
+// The Job object of one replica: `engine_binary engine --model ... --port port` with the
+// deployment's resources, restart policy OnFailure, and the labels above.
+nlohmann::json ReplicaJob(const DeploymentSpec& spec, const std::string& tenant,
+                          const std::string& deployment, const std::string& job_name, int port,
+                          const std::string& engine_binary);
+
+}  // namespace aicloud::control

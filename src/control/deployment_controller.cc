@@ -1,0 +1,415 @@
+#include "control/deployment_controller.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "http/client.h"
+
+namespace aicloud::control {
+namespace {
+
+using nlohmann::json;
+
+std::string NowRfc3339() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-{}T%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string Label(const json& object, const std::string& key) {
+  const json& meta = object.value("metadata", json::object());
+  const json& labels = meta.value("labels", json::object());
+  return labels.is_object() ? labels.value(key, std::string()) : std::string();
+}
+
+std::string NameOf(const json& object) { return object["metadata"].value("name", std::string()); }
+std::string TenantOf(const json& object) { return object["metadata"].value("tenant", std::string()); }
+
+bool Terminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
+
+std::string PhaseOf(const json& job) {
+  const json& st = job.value("status", json::object());
+  return st.is_object() ? st.value("phase", std::string("Pending")) : std::string("Pending");
+}
+
+std::string NodeOf(const json& job) {
+  const json& st = job.value("status", json::object());
+  if (!st.is_object() || !st.contains("workers") || st["workers"].empty()) return "";
+  return st["workers"][0].value("node", std::string());
+}
+
+// Sum of a metric's samples over all label sets: "name{...} value" or "name value" lines.
+double SumMetric(std::string_view text, std::string_view name) {
+  double sum = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || line[0] == '#' || line.substr(0, name.size()) != name) continue;
+    if (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ') continue;
+    const size_t sp = line.rfind(' ');
+    if (sp == std::string_view::npos) continue;
+    sum += std::strtod(std::string(line.substr(sp + 1)).c_str(), nullptr);
+  }
+  return sum;
+}
+
+}  // namespace
+
+ReplicaProbe ParseEngineMetrics(std::string_view text) {
+  ReplicaProbe p;
+  p.running = static_cast<int>(SumMetric(text, "vllm:num_requests_running"));
+  p.waiting = static_cast<int>(SumMetric(text, "vllm:num_requests_waiting"));
+  p.kv_usage = SumMetric(text, "vllm:kv_cache_usage_perc");
+  return p;
+}
+
+Prober HttpProber(std::chrono::milliseconds timeout) {
+  return [timeout](const std::string& base_url) {
+    ReplicaProbe p;
+    http::Client c(base_url, {.timeout = timeout});
+    StatusOr<http::ClientResponse> h = c.Send("GET", "/health");
+    if (!h.ok() || h->status != 200) return p;
+    StatusOr<http::ClientResponse> m = c.Send("GET", "/metrics");
+    if (m.ok() && m->status == 200) p = ParseEngineMetrics(m->body);
+    p.healthy = true;
+    return p;
+  };
+}
+
+DeploymentController::DeploymentController(store::Store* store, Clock* clock, Metrics* metrics,
+                                           DeploymentControllerOptions options, Prober prober,
+                                           std::function<void()> on_jobs_changed)
+    : store_(store),
+      clock_(clock),
+      metrics_(metrics),
+      options_(std::move(options)),
+      prober_(prober ? std::move(prober) : HttpProber(std::chrono::milliseconds(500))),
+      on_jobs_changed_(std::move(on_jobs_changed)),
+      serial_(static_cast<uint64_t>(clock->NowMicros())) {
+  if (metrics_ != nullptr) {
+    scale_events_ = metrics_->AddCounter("aicloud_deployment_scale_events_total",
+                                         "Changes of a deployment's desired replica count",
+                                         {"deployment", "direction"});
+  }
+}
+
+DeploymentController::~DeploymentController() { Stop(); }
+
+Status DeploymentController::Start() {
+  if (options_.engine_binary.empty()) {
+    return InvalidArgumentError("deployment controller: the engine binary path is not set");
+  }
+  thread_ = std::thread([this] { Loop(); });
+  return OkStatus();
+}
+
+void DeploymentController::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void DeploymentController::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    l.unlock();
+    Turn();
+    l.lock();
+    cv_.wait_for(l, options_.tick, [&] { return stop_ || wake_; });
+    wake_ = false;
+  }
+}
+
+std::vector<ServingRoute> DeploymentController::Routes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return routes_;
+}
+
+void DeploymentController::NoteRequests(const std::string& tenant, const std::string& deployment,
+                                        int held) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    State& s = states_[tenant + "/" + deployment];
+    s.last_activity_us = clock_->NowMicros();
+    ++s.arrivals;
+    wake = held > 0 && s.held == 0;
+    s.held = std::max(0, held);
+    if (wake) wake_ = true;
+  }
+  if (wake) cv_.notify_all();
+}
+
+int DeploymentController::NextPort(std::vector<int>* used) const {
+  for (int p = options_.port_base; p < options_.port_base + options_.port_count; ++p) {
+    if (std::find(used->begin(), used->end(), p) == used->end()) {
+      used->push_back(p);
+      return p;
+    }
+  }
+  return -1;
+}
+
+void DeploymentController::Turn() {
+  StatusOr<store::ListResult> deps = store_->List({.kind = "Deployment"});
+  StatusOr<store::ListResult> jobs = store_->List({.kind = "Job"});
+  if (!deps.ok() || !jobs.ok()) {
+    spdlog::warn("deployment controller: cannot list: {}",
+             std::string((deps.ok() ? jobs.status() : deps.status()).message()));
+    return;
+  }
+  std::map<std::string, std::vector<json>> replicas;  // "tenant/deployment" -> jobs
+  std::vector<int> used_ports;
+  for (const json& j : jobs->items) {
+    const std::string d = Label(j, kDeploymentLabel);
+    if (d.empty()) continue;
+    replicas[TenantOf(j) + "/" + d].push_back(j);
+    if (!Terminal(PhaseOf(j))) used_ports.push_back(std::atoi(Label(j, kPortLabel).c_str()));
+  }
+  std::map<std::string, std::string> node_addresses;
+  std::vector<ServingRoute> routes;
+  bool jobs_changed = false;
+  std::set<std::string> live;
+  for (const json& d : deps->items) {
+    const std::string key = TenantOf(d) + "/" + NameOf(d);
+    live.insert(key);
+    Reconcile(d, replicas[key], &node_addresses, &used_ports, &routes, &jobs_changed);
+  }
+  // Replicas whose Deployment was deleted.
+  for (const auto& [key, list] : replicas) {
+    if (live.count(key)) continue;
+    for (const json& j : list) {
+      if (store_->Delete({"Job", TenantOf(j), NameOf(j)}, 0).ok()) jobs_changed = true;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    routes_ = std::move(routes);
+    for (auto it = states_.begin(); it != states_.end();) {
+      it = live.count(it->first) ? std::next(it) : states_.erase(it);
+    }
+  }
+  if (jobs_changed && on_jobs_changed_) on_jobs_changed_();
+}
+
+void DeploymentController::Reconcile(const json& deployment, const std::vector<json>& replicas,
+                                     std::map<std::string, std::string>* node_addresses,
+                                     std::vector<int>* used_ports, std::vector<ServingRoute>* routes,
+                                     bool* jobs_changed) {
+  const std::string tenant = TenantOf(deployment), name = NameOf(deployment);
+  const std::string key = tenant + "/" + name;
+  const int64_t now_us = clock_->NowMicros();
+  StatusOr<DeploymentSpec> spec = ParseDeploymentSpec(deployment.value("spec", json::object()), name);
+  if (!spec.ok()) {
+    spdlog::warn("deployment {}: {}", key, std::string(spec.status().message()));
+    return;
+  }
+  const std::string revision = spec->Revision();
+
+  // 1. Observe the replicas.
+  struct Replica {
+    json job;
+    std::string name, revision, url;
+    bool ready = false, terminal = false;
+    ReplicaProbe probe;
+  };
+  std::vector<Replica> current;
+  for (const json& j : replicas) {
+    Replica r{j, NameOf(j), Label(j, kRevisionLabel), "", false, Terminal(PhaseOf(j)), {}};
+    if (r.terminal) {
+      if (store_->Delete({"Job", tenant, r.name}, 0).ok()) *jobs_changed = true;
+      continue;
+    }
+    const std::string node = NodeOf(j);
+    if (PhaseOf(j) == "Running" && !node.empty()) {
+      auto it = node_addresses->find(node);
+      if (it == node_addresses->end()) {
+        std::string addr = options_.default_address;
+        StatusOr<json> n = store_->Get({"Node", "", node});
+        if (n.ok()) addr = n->value("spec", json::object()).value("address", addr);
+        it = node_addresses->emplace(node, addr).first;
+      }
+      r.url = "http://" + it->second + ":" + Label(j, kPortLabel);
+      r.probe = prober_(r.url);
+      r.ready = r.probe.healthy;
+    }
+    current.push_back(std::move(r));
+  }
+  int ready = 0, in_flight = 0;
+  for (const Replica& r : current) {
+    if (r.ready) ++ready, in_flight += r.probe.running + r.probe.waiting;
+  }
+
+  // 2. How many replicas.
+  State snapshot_state;
+  int held = 0;
+  int64_t last_activity_us = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    State& s = states_[key];
+    if (s.last_activity_us == 0) s.last_activity_us = now_us;  // a new deployment starts warm
+    if (!s.autoscaler || s.policy != spec->autoscaler || s.min != spec->min_replicas || s.max != spec->max_replicas) {
+      StatusOr<std::unique_ptr<fleet::Autoscaler>> a =
+          fleet::MakeAutoscaler(spec->autoscaler, {.min_replicas = spec->min_replicas, .max_replicas = spec->max_replicas});
+      if (!a.ok()) {
+        spdlog::warn("deployment {}: {}", key, std::string(a.status().message()));
+        return;
+      }
+      s.autoscaler = std::move(*a);
+      s.policy = spec->autoscaler;
+      s.min = spec->min_replicas;
+      s.max = spec->max_replicas;
+    }
+    held = s.held;
+    last_activity_us = s.last_activity_us;
+  }
+  fleet::DeploymentSnapshot snap;
+  snap.now_s = static_cast<double>(now_us) / 1e6;
+  for (const Replica& r : current) {
+    if (!r.ready) continue;
+    snap.replicas.push_back({.id = r.name, .running = r.probe.running, .waiting = r.probe.waiting,
+                             .kv_usage = r.probe.kv_usage});
+  }
+  snap.current_replicas = static_cast<int>(current.size());
+  snap.starting_replicas = static_cast<int>(current.size()) - ready;
+  snap.pending_requests = held;
+  snap.slo = {.ttft_p99_ms = spec->ttft_p99_ms, .tpot_p99_ms = spec->tpot_p99_ms, .tokens_per_s = spec->tokens_per_s};
+  snap.capacity.max_concurrency = spec->max_num_seqs;
+  fleet::ScaleDecision decision;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    decision = states_[key].autoscaler->Recommend(snap);
+  }
+  int desired = std::clamp(decision.desired, spec->min_replicas, spec->max_replicas);
+  std::string reason = decision.reason;
+  const double idle_s = static_cast<double>(now_us - last_activity_us) / 1e6;
+  if (held > 0 && desired < 1) {
+    desired = 1;
+    reason = std::to_string(held) + " request(s) held at the gateway with no ready replica";
+  } else if (desired == 0 && idle_s < spec->scale_to_zero_seconds && (in_flight > 0 || !current.empty())) {
+    desired = 1;  // zero only after scaleToZeroSeconds without requests
+    reason = "idle " + std::to_string(static_cast<int>(idle_s)) + " s < scaleToZeroSeconds " +
+             std::to_string(spec->scale_to_zero_seconds);
+  } else if (spec->min_replicas == 0 && idle_s >= spec->scale_to_zero_seconds && in_flight == 0 && held == 0) {
+    desired = 0;
+    reason = "no requests for " + std::to_string(static_cast<int>(idle_s)) + " s (scaleToZeroSeconds " +
+             std::to_string(spec->scale_to_zero_seconds) + ")";
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    State& s = states_[key];
+    if (desired != s.desired) {
+      if (scale_events_ != nullptr && s.desired >= 0) {
+        scale_events_->Inc({key, desired > s.desired ? "up" : "down"});
+      }
+      if (s.desired >= 0 || desired > 0) {
+        spdlog::info("deployment {}: {} -> {} replicas ({})", key, std::max(s.desired, 0), desired, reason);
+      }
+      s.desired = desired;
+      s.reason = reason;
+      s.last_scale_at = NowRfc3339();
+    }
+    snapshot_state.reason = s.reason;
+    snapshot_state.last_scale_at = s.last_scale_at;
+  }
+
+  // 3. Converge: create toward `desired` (new revision), delete extras and old revisions.
+  std::vector<Replica*> fresh, old;
+  for (Replica& r : current) (r.revision == revision ? fresh : old).push_back(&r);
+  auto remove = [&](Replica* r) {
+    if (store_->Delete({"Job", tenant, r->name}, 0).ok()) {
+      *jobs_changed = true;
+      r->terminal = true;  // gone
+    }
+  };
+  auto ready_count = [&] {
+    int n = 0;
+    for (const Replica& r : current) n += (!r.terminal && r.ready) ? 1 : 0;
+    return n;
+  };
+  int fresh_n = static_cast<int>(fresh.size());
+  const int old_n = static_cast<int>(old.size());
+  // With old replicas still up, at most desired + maxSurge replicas exist at once.
+  while (fresh_n < desired && fresh_n + old_n < desired + (old_n > 0 ? spec->max_surge : 0)) {
+    const int port = NextPort(used_ports);
+    if (port < 0) {
+      spdlog::warn("deployment {}: no free replica port in [{}, {})", key, options_.port_base,
+               options_.port_base + options_.port_count);
+      break;
+    }
+    // The port makes the name unique among live replicas; the serial keeps a replacement from
+    // reusing a just-deleted replica's name.
+    char serial[8];
+    std::snprintf(serial, sizeof serial, "%04x", static_cast<unsigned>(++serial_ & 0xffff));
+    const std::string job_name = name + "-" + revision + "-" + std::to_string(port) + "-" + serial;
+    StatusOr<json> made = store_->Create(ReplicaJob(*spec, tenant, name, job_name, port, options_.engine_binary));
+    if (!made.ok()) {
+      spdlog::warn("deployment {}: creating replica {}: {}", key, job_name,
+               std::string(made.status().message()));
+      break;
+    }
+    *jobs_changed = true;
+    ++fresh_n;
+  }
+  // Extra replicas of the current revision: not-ready ones first.
+  if (fresh_n > desired) {
+    std::stable_sort(fresh.begin(), fresh.end(), [](Replica* a, Replica* b) { return !a->ready && b->ready; });
+    for (Replica* r : fresh) {
+      if (fresh_n <= desired) break;
+      remove(r);
+      --fresh_n;
+    }
+  }
+  // Old revisions: not-ready ones go at once; ready ones while enough others are ready.
+  std::stable_sort(old.begin(), old.end(), [](Replica* a, Replica* b) { return !a->ready && b->ready; });
+  const int min_ready = std::max(0, desired - spec->max_unavailable);
+  for (Replica* r : old) {
+    if (!r->ready || desired == 0 || ready_count() - 1 >= min_ready) remove(r);
+  }
+
+  // 4. Status and route.
+  ServingRoute route{tenant, name, spec->served_model_name, {}, {}, desired};
+  for (const auto& [n, p] : spec->adapters) route.adapters.push_back(n);
+  int replicas_n = 0, ready_n = 0;
+  json endpoints = json::array();
+  for (const Replica& r : current) {
+    if (r.terminal) continue;
+    ++replicas_n;
+    ready_n += r.ready ? 1 : 0;
+    if (!r.url.empty()) {
+      route.endpoints.push_back({r.name, r.url, r.ready});
+      endpoints.push_back({{"replica", r.name}, {"url", r.url}, {"ready", r.ready}, {"revision", r.revision}});
+    }
+  }
+  routes->push_back(std::move(route));
+  json status = {{"replicas", replicas_n},
+                 {"readyReplicas", ready_n},
+                 {"desiredReplicas", desired},
+                 {"revision", revision},
+                 {"endpoints", endpoints},
+                 {"lastScale", {{"reason", snapshot_state.reason}, {"at", snapshot_state.last_scale_at}}}};
+  if (deployment.value("status", json()) != status) {
+    json updated = deployment;
+    updated["status"] = status;
+    StatusOr<json> w = store_->Update(updated, store::ResourceVersionOf(deployment));
+    if (!w.ok() && w.status().code() != StatusCode::kAborted) {
+      spdlog::warn("deployment {}: writing status: {}", key, std::string(w.status().message()));
+    }
+  }
+}
+
+}  // namespace aicloud::control

@@ -1,0 +1,145 @@
+// DeploymentController: keeps each Deployment's replicas — ordinary Jobs running `aicloud
+// engine`, labelled aicloud/deployment — at the count its autoscaler asks for, replaces replicas
+// of an old spec by a rolling update, and tells the gateway which replicas are ready.
+//
+//   DeploymentController dc(store, &clock, &metrics, {.engine_binary = "/usr/bin/aicloud"});
+//   dc.Start();                           // a thread: one Turn() per tick
+//   // gateway side:
+//   for (const ServingRoute& r : dc.Routes()) ...        // ready endpoints per served model
+//   dc.NoteRequests("acme", "chat", /*held=*/3);          // requests waiting for a replica
+//
+// Each turn, per Deployment:
+// 1. Its replica jobs are read from the store. A Running job whose engine answers /health is
+//    ready; its /metrics (vLLM names) feed the autoscaler. Finished jobs are deleted.
+// 2. The autoscaler (fleet: ours, hpa, kpa or aibrix) recommends a count within
+//    spec.replicas {min, max}. Requests held at the gateway for a deployment with no ready
+//    replica raise it to at least 1 (scale from zero); with min 0, a deployment with no
+//    requests for spec.scaleToZeroSeconds and nothing in flight goes to 0.
+// 3. Replica jobs are created or deleted toward that count. Replicas of an older revision
+//    (spec template hash) are replaced one by one: new ones are created up to desired +
+//    maxSurge, an old one is deleted only while ready replicas stay >= desired - maxUnavailable.
+// 4. status {replicas, readyReplicas, desiredReplicas, revision, endpoints, lastScale} is
+//    written when it changed.
+// Replica jobs whose Deployment is gone are deleted. The store is the only state: a restarted
+// server picks up where the last one left off.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/deployment.h"
+#include "core/clock.h"
+#include "core/metrics.h"
+#include "core/status.h"
+#include "fleet/autoscaler.h"
+#include "store/store.h"
+
+namespace aicloud::control {
+
+// What a probe of one replica found.
+struct ReplicaProbe {
+  bool healthy = false;  // GET /health answered 200
+  int running = 0;       // vllm:num_requests_running
+  int waiting = 0;       // vllm:num_requests_waiting
+  double kv_usage = 0;   // vllm:kv_cache_usage_perc
+};
+
+// base_url "http://127.0.0.1:21000" -> probe. The default uses http::Client with a short timeout.
+using Prober = std::function<ReplicaProbe(const std::string& base_url)>;
+Prober HttpProber(std::chrono::milliseconds timeout);
+
+// Reads the three gauges from a Prometheus text page (summed over labels); absent ones are 0.
+ReplicaProbe ParseEngineMetrics(std::string_view text);
+
+struct ServingEndpoint {
+  std::string replica;  // the replica job's name
+  std::string url;      // http://host:port
+  bool ready = false;
+};
+
+// One served model name and where it runs.
+struct ServingRoute {
+  std::string tenant, deployment;
+  std::string model;                  // spec.servedModelName
+  std::vector<std::string> adapters;  // served next to it (same replicas)
+  std::vector<ServingEndpoint> endpoints;
+  int desired = 0;
+};
+
+struct DeploymentControllerOptions {
+  std::string engine_binary;  // the aicloud executable replicas run
+  std::chrono::milliseconds tick{1000};
+  int port_base = 21000;  // replica engines listen on ports from here
+  int port_count = 4000;
+  // Where a node's replicas are reached: its Node spec.address, else this.
+  std::string default_address = "127.0.0.1";
+};
+
+class DeploymentController {
+ public:
+  // `on_jobs_changed` is called after replica jobs were created or deleted (the server wakes
+  // the job controller with it). `prober` defaults to HttpProber(500 ms).
+  DeploymentController(store::Store* store, Clock* clock, Metrics* metrics,
+                       DeploymentControllerOptions options, Prober prober = nullptr,
+                       std::function<void()> on_jobs_changed = nullptr);
+  ~DeploymentController();
+
+  Status Start();
+  void Stop();
+
+  // One reconcile pass over every Deployment (what the thread runs each tick; tests call it).
+  void Turn();
+
+  // Thread-safe snapshot of the served models (for the gateway).
+  std::vector<ServingRoute> Routes() const;
+  // Gateway activity: requests for a deployment arrived; `held` of them wait for a ready
+  // replica. Wakes the controller when a deployment with no ready replica gets a request.
+  void NoteRequests(const std::string& tenant, const std::string& deployment, int held);
+
+ private:
+  struct State {
+    std::unique_ptr<fleet::Autoscaler> autoscaler;
+    std::string policy;
+    int min = -1, max = -1;
+    int64_t last_activity_us = 0;
+    int held = 0;
+    int64_t arrivals = 0;
+    int desired = -1;
+    std::string reason;
+    std::string last_scale_at;
+  };
+
+  void Loop();
+  void Reconcile(const nlohmann::json& deployment, const std::vector<nlohmann::json>& replicas,
+                 std::map<std::string, std::string>* node_addresses, std::vector<int>* used_ports,
+                 std::vector<ServingRoute>* routes, bool* jobs_changed);
+  int NextPort(std::vector<int>* used) const;
+
+  store::Store* store_;
+  Clock* clock_;
+  Metrics* metrics_;
+  DeploymentControllerOptions options_;
+  Prober prober_;
+  std::function<void()> on_jobs_changed_;
+
+  mutable std::mutex mu_;  // routes_, states_' activity fields
+  std::vector<ServingRoute> routes_;
+  std::map<std::string, State> states_;  // "tenant/name"
+  std::condition_variable cv_;
+  bool wake_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+  Counter* scale_events_ = nullptr;
+  uint64_t serial_ = 0;  // Turn() only
+};
+
+}  // namespace aicloud::control

@@ -1,0 +1,274 @@
+#include "control/deployment.h"
+#include "control/deployment_controller.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "store/memory_store.h"
+
+namespace aicloud::control {
+namespace {
+
+using nlohmann::json;
+
+TEST(DeploymentSpec, ParsesDefaultsAndProfiles) {
+  StatusOr<DeploymentSpec> d = ParseDeploymentSpec({{"model", "/m"}}, "chat");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->served_model_name, "chat");
+  EXPECT_EQ(d->min_replicas, 1);
+  EXPECT_EQ(d->max_replicas, 1);
+  EXPECT_EQ(d->max_num_seqs, 32);  // balanced
+  EXPECT_EQ(d->autoscaler, "ours");
+  for (auto [profile, seqs, budget] : {std::tuple{"latency", 4, 256}, {"balanced", 32, 512}, {"throughput", 128, 2048}}) {
+    d = ParseDeploymentSpec({{"model", "/m"}, {"profile", profile}}, "chat");
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->max_num_seqs, seqs) << profile;
+    EXPECT_EQ(d->max_num_batched_tokens, budget) << profile;
+  }
+  d = ParseDeploymentSpec({{"model", "/m"}, {"profile", "latency"}, {"engine", {{"maxNumSeqs", 2}}}}, "chat");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->max_num_seqs, 2);  // explicit engine limits win over the profile
+}
+
+TEST(DeploymentSpec, RejectsBadSpecsNamingTheField) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {json::object(), "spec.model: required"},
+      {{{"model", "/m"}, {"replicas", {{"min", 3}, {"max", 2}}}}, "spec.replicas.max: must be >= spec.replicas.min (3)"},
+      {{{"model", "/m"}, {"replicas", {{"min", -1}}}}, "spec.replicas.min"},
+      {{{"model", "/m"}, {"profile", "fast"}}, "spec.profile: \"fast\" is not latency, balanced or throughput"},
+      {{{"model", "/m"}, {"autoscaler", {{"policy", "magic"}}}}, "spec.autoscaler.policy"},
+      {{{"model", "/m"}, {"adapters", {{{"name", "a"}, {"path", "/a"}}, {{"name", "a"}, {"path", "/b"}}}}}, "spec.adapters[1].name: \"a\" is listed twice"},
+      {{{"model", "/m"}, {"adapters", {{{"name", "a"}}}}}, "spec.adapters[0].path: required"},
+      {{{"model", "/m"}, {"engine", {{"args", {"--port", "9"}}}}}, "spec.engine.args: \"--port\" is set by the platform"},
+      {{{"model", "/m"}, {"engine", {{"dtype", "fp8"}}}}, "spec.engine.dtype"},
+      {{{"model", "/m"}, {"strategy", {{"maxSurge", 0}, {"maxUnavailable", 0}}}}, "spec.strategy"},
+      {{{"model", "/m"}, {"resources", {{"gpu", {{"count", 0}}}}}}, "spec.resources.gpu.count"},
+      {{{"model", "/m"}, {"slo", {{"ttftP99Ms", -5}}}}, "spec.slo.ttftP99Ms"},
+      {{{"model", "/m"}, {"scaleToZeroSeconds", 0}}, "spec.scaleToZeroSeconds"},
+  };
+  for (const auto& [spec, want] : cases) {
+    StatusOr<DeploymentSpec> d = ParseDeploymentSpec(spec, "chat");
+    ASSERT_FALSE(d.ok()) << spec.dump();
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(d.status().message()).find(want), std::string::npos)
+        << spec.dump() << " -> " << d.status().message();
+  }
+}
+
+TEST(DeploymentSpec, ReplicaJobRunsTheEngineAndRevisionTracksTheTemplate) {
+  StatusOr<DeploymentSpec> d = ParseDeploymentSpec(
+      {{"model", "/models/tiny"}, {"adapters", {{{"name", "sql"}, {"path", "/a/sql"}}}},
+       {"resources", {{"cpu", "2"}}}, {"replicas", {{"min", 0}, {"max", 3}}}, {"lane", "interactive"}},
+      "chat");
+  ASSERT_TRUE(d.ok()) << d.status();
+  const json job = ReplicaJob(*d, "acme", "chat", "chat-abc-21000", 21000, "/bin/aicloud");
+  EXPECT_EQ(job["kind"], "Job");
+  EXPECT_EQ(job["metadata"]["labels"][kDeploymentLabel], "chat");
+  EXPECT_EQ(job["metadata"]["labels"][kPortLabel], "21000");
+  EXPECT_EQ(job["metadata"]["labels"][kRevisionLabel], d->Revision());
+  const auto argv = job["spec"]["command"].get<std::vector<std::string>>();
+  ASSERT_GE(argv.size(), 4u);
+  EXPECT_EQ(argv[0], "/bin/aicloud");
+  EXPECT_EQ(argv[1], "engine");
+  auto after = [&](const std::string& flag) {
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      if (argv[i] == flag) return argv[i + 1];
+    }
+    return std::string("<missing>");
+  };
+  EXPECT_EQ(after("--model"), "/models/tiny");
+  EXPECT_EQ(after("--port"), "21000");
+  EXPECT_EQ(after("--lora"), "sql=/a/sql");
+  EXPECT_EQ(after("--max-num-seqs"), "32");
+  EXPECT_EQ(job["spec"]["restartPolicy"], "OnFailure");
+  EXPECT_EQ(job["spec"]["pool"], "interactive");
+  EXPECT_EQ(job["spec"]["resources"]["cpu"], "2");
+
+  // Scaling fields do not change the revision; what a replica runs does.
+  DeploymentSpec scaled = *d;
+  scaled.max_replicas = 9;
+  scaled.min_replicas = 2;
+  EXPECT_EQ(scaled.Revision(), d->Revision());
+  DeploymentSpec other = *d;
+  other.threads = 4;
+  EXPECT_NE(other.Revision(), d->Revision());
+}
+
+TEST(EngineMetrics, ParsesTheGaugesTheAutoscalerReads) {
+  const std::string text =
+      "# HELP vllm:num_requests_running Running\n"
+      "vllm:num_requests_running{model_name=\"a\"} 3\n"
+      "vllm:num_requests_running{model_name=\"b\"} 2\n"
+      "vllm:num_requests_running_total 99\n"
+      "vllm:num_requests_waiting{model_name=\"a\"} 7\n"
+      "vllm:kv_cache_usage_perc{model_name=\"a\"} 0.25\n";
+  ReplicaProbe p = ParseEngineMetrics(text);
+  EXPECT_EQ(p.running, 5);
+  EXPECT_EQ(p.waiting, 7);
+  EXPECT_DOUBLE_EQ(p.kv_usage, 0.25);
+}
+
+// The controller against a store, a fake clock and a fake prober: replicas are Jobs; a test
+// plays the job controller and the agents by writing job status.
+class DeploymentControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dc_ = std::make_unique<DeploymentController>(
+        &store_, &clock_, &metrics_, DeploymentControllerOptions{.engine_binary = "/bin/aicloud"},
+        [this](const std::string& url) {
+          ++probes_[url];
+          auto it = fake_.find(url);
+          return it == fake_.end() ? ReplicaProbe{} : it->second;
+        });
+  }
+
+  void Apply(const json& spec) {
+    json d = {{"apiVersion", "aicloud/v1"}, {"kind", "Deployment"},
+              {"metadata", {{"name", "chat"}, {"tenant", "acme"}}}, {"spec", spec}};
+    StatusOr<json> cur = store_.Get({"Deployment", "acme", "chat"});
+    StatusOr<json> w = cur.ok() ? store_.Update([&] { json u = *cur; u["spec"] = spec; return u; }(), 0)
+                                : store_.Create(d);
+    ASSERT_TRUE(w.ok()) << w.status();
+  }
+
+  std::vector<json> Replicas() {
+    std::vector<json> out;
+    StatusOr<store::ListResult> l = store_.List({.kind = "Job"});
+    EXPECT_TRUE(l.ok());
+    for (const json& j : l->items) {
+      if (j["metadata"]["labels"].value(kDeploymentLabel, "") == "chat") out.push_back(j);
+    }
+    return out;
+  }
+
+  // The job controller and agent: every replica job runs on node n1 and its engine answers.
+  void RunAll(ReplicaProbe probe = {.healthy = true}) {
+    for (json j : Replicas()) {
+      if (j.value("status", json::object()).value("phase", "") != "Running") {
+        j["status"] = {{"phase", "Running"}, {"workers", {{{"node", "n1"}}}}};
+        ASSERT_TRUE(store_.Update(j, 0).ok());
+      }
+      fake_["http://127.0.0.1:" + j["metadata"]["labels"][kPortLabel].get<std::string>()] = probe;
+    }
+  }
+
+  json Status() { return store_.Get({"Deployment", "acme", "chat"})->value("status", json::object()); }
+
+  store::MemoryStore store_;
+  FakeClock clock_{1'000'000'000};
+  Metrics metrics_;
+  std::map<std::string, ReplicaProbe> fake_;
+  std::map<std::string, int> probes_;
+  std::unique_ptr<DeploymentController> dc_;
+};
+
+TEST_F(DeploymentControllerTest, ScalesFromZeroOnARequestAndBackToZeroWhenIdle) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 0}, {"max", 3}}}, {"scaleToZeroSeconds", 60},
+         {"autoscaler", {{"policy", "kpa"}}}});
+  dc_->Turn();
+  EXPECT_TRUE(Replicas().empty()) << "min 0 starts with no replica";
+  ASSERT_EQ(dc_->Routes().size(), 1u);
+  EXPECT_EQ(dc_->Routes()[0].model, "chat");
+  EXPECT_TRUE(dc_->Routes()[0].endpoints.empty());
+
+  // A request is held at the gateway: one replica is created.
+  dc_->NoteRequests("acme", "chat", 1);
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  EXPECT_EQ(Status()["desiredReplicas"], 1);
+  EXPECT_EQ(Status()["readyReplicas"], 0);
+  EXPECT_TRUE(dc_->Routes()[0].endpoints.empty()) << "a pending replica has no endpoint";
+
+  // It starts and answers /health: the route has a ready endpoint.
+  RunAll();
+  dc_->NoteRequests("acme", "chat", 0);
+  clock_.Advance(2'000'000);
+  dc_->Turn();
+  ASSERT_EQ(dc_->Routes()[0].endpoints.size(), 1u);
+  EXPECT_TRUE(dc_->Routes()[0].endpoints[0].ready);
+  EXPECT_EQ(dc_->Routes()[0].endpoints[0].url, "http://127.0.0.1:21000");
+  EXPECT_EQ(Status()["readyReplicas"], 1);
+
+  // Idle less than scaleToZeroSeconds: stays.
+  clock_.Advance(30'000'000);
+  dc_->Turn();
+  EXPECT_EQ(Replicas().size(), 1u);
+  // Idle longer: scaled to zero.
+  for (int i = 0; i < 20 && !Replicas().empty(); ++i) {
+    clock_.Advance(5'000'000);
+    dc_->Turn();
+  }
+  EXPECT_TRUE(Replicas().empty());
+  EXPECT_EQ(Status()["desiredReplicas"], 0);
+  EXPECT_NE(Status()["lastScale"]["reason"].get<std::string>().find("no requests"), std::string::npos)
+      << Status().dump();
+}
+
+TEST_F(DeploymentControllerTest, ABurstScalesUpWithinMax) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 3}}}, {"autoscaler", {{"policy", "kpa"}}}});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  RunAll({.healthy = true, .running = 32, .waiting = 60});
+  for (int i = 0; i < 5; ++i) {
+    dc_->NoteRequests("acme", "chat", 0);
+    clock_.Advance(2'000'000);
+    dc_->Turn();
+  }
+  EXPECT_EQ(Replicas().size(), 3u) << Status().dump();
+  EXPECT_EQ(Status()["desiredReplicas"], 3);
+}
+
+TEST_F(DeploymentControllerTest, RollingUpdateKeepsReadyReplicasAndReplacesOldOnes) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 2}, {"max", 2}}}, {"autoscaler", {{"policy", "hpa"}}}});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 2u);
+  RunAll();
+  dc_->Turn();
+  const std::string old_rev = Status()["revision"];
+  ASSERT_EQ(Status()["readyReplicas"], 2);
+
+  Apply({{"model", "/m"}, {"replicas", {{"min", 2}, {"max", 2}}}, {"autoscaler", {{"policy", "hpa"}}},
+         {"engine", {{"threads", 4}}}});
+  dc_->Turn();
+  // maxSurge 1, maxUnavailable 0: one new replica, both old ones kept (still the only ready ones).
+  std::vector<json> r = Replicas();
+  ASSERT_EQ(r.size(), 3u);
+  int old_n = 0;
+  for (const json& j : r) old_n += j["metadata"]["labels"][kRevisionLabel] == old_rev ? 1 : 0;
+  EXPECT_EQ(old_n, 2);
+  for (int i = 0; i < 6; ++i) {  // new replicas become ready, old ones go one at a time
+    RunAll();
+    clock_.Advance(1'000'000);
+    dc_->Turn();
+    int ready = 0;
+    for (const ServingEndpoint& e : dc_->Routes()[0].endpoints) ready += e.ready ? 1 : 0;
+    EXPECT_GE(ready, 2) << "a rolling update with maxUnavailable 0 never drops below 2 ready";
+  }
+  r = Replicas();
+  ASSERT_EQ(r.size(), 2u);
+  for (const json& j : r) EXPECT_NE(j["metadata"]["labels"][kRevisionLabel], old_rev);
+}
+
+TEST_F(DeploymentControllerTest, FailedReplicasAreReplacedAndDeletedDeploymentsCleanedUp) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
+  dc_->Turn();
+  std::vector<json> r = Replicas();
+  ASSERT_EQ(r.size(), 1u);
+  json failed = r[0];
+  failed["status"] = {{"phase", "Failed"}, {"reason", "BackoffLimitExceeded"}};
+  ASSERT_TRUE(store_.Update(failed, 0).ok());
+  dc_->Turn();
+  r = Replicas();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_NE(r[0]["metadata"]["name"], failed["metadata"]["name"]);
+
+  ASSERT_TRUE(store_.Delete({"Deployment", "acme", "chat"}, 0).ok());
+  dc_->Turn();
+  EXPECT_TRUE(Replicas().empty());
+  EXPECT_TRUE(dc_->Routes().empty());
+}
+
+}  // namespace
+}  // namespace aicloud::control
