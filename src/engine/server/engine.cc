@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "engine/kv/block_manager.h"
 #include "engine/tokenizer/tokenizer_config.h"
@@ -143,6 +144,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
                [self, name] { return std::vector<std::pair<LabelValues, double>>{{{name}, double(self->waiting_gauge_.load())}}; });
   m.AddGaugeFn("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full).", {"model_name"},
                [self, name] { return std::vector<std::pair<LabelValues, double>>{{{name}, self->kv_usage_.load()}}; });
+  // vLLM's LoRA info gauge: the labels carry the adapters in use; the value is when they were
+  // read (Unix seconds).
+  m.AddGaugeFn("vllm:lora_requests_info", "Running stats on LoRA requests.",
+               {"running_lora_adapters", "waiting_lora_adapters", "max_lora"}, [self] {
+                 std::lock_guard<std::mutex> l(self->lora_info_mu_);
+                 const double now = std::chrono::duration<double>(
+                     std::chrono::system_clock::now().time_since_epoch()).count();
+                 return std::vector<std::pair<LabelValues, double>>{
+                     {{self->running_loras_, self->waiting_loras_, std::to_string(self->options_.max_loras)}, now}};
+               });
   e->prompt_tokens_total_ = m.AddCounter("vllm:prompt_tokens_total", "Prompt tokens processed.", {"model_name"});
   e->generation_tokens_total_ = m.AddCounter("vllm:generation_tokens_total", "Tokens generated.", {"model_name"});
   e->request_success_total_ =
@@ -181,6 +192,7 @@ StatusOr<std::shared_ptr<Stream>> Engine::Submit(GenerateRequest g) {
     if (!pin.ok()) return pin.status();
     r.adapter_id = pin->adapter_id();
     live.pin = std::move(*pin);
+    live.adapter = g.model;
   }
   live.stream = std::make_shared<Stream>();
   live.text = std::make_unique<TextStream>(tokenizer_.get(), std::move(g.stop), g.skip_special_tokens);
@@ -311,6 +323,30 @@ void Engine::Loop() {
   live_.clear();
 }
 
+// Running adapters as the scheduler counts them (by adapter id); waiting ones are those of
+// requests that have not produced a token yet. Names sorted and comma-joined, as vLLM does.
+void Engine::UpdateLoraInfo(const SchedulerStats& st) {
+  std::set<std::string> running, waiting;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [id, live] : live_) {
+      if (live.adapter.empty()) continue;
+      const bool in_running = std::find(st.running_adapters.begin(), st.running_adapters.end(),
+                                        live.pin.adapter_id()) != st.running_adapters.end();
+      if (in_running) running.insert(live.adapter);
+      if (!live.started) waiting.insert(live.adapter);
+    }
+  }
+  auto join = [](const std::set<std::string>& names) {
+    std::string out;
+    for (const std::string& n : names) out += (out.empty() ? "" : ",") + n;
+    return out;
+  };
+  std::lock_guard<std::mutex> l(lora_info_mu_);
+  running_loras_ = join(running);
+  waiting_loras_ = join(waiting);
+}
+
 void Engine::Step() {
   StatusOr<StepPlan> plan = scheduler_->Schedule();
   if (!plan.ok()) {
@@ -322,6 +358,7 @@ void Engine::Step() {
   running_gauge_.store(st.num_running);
   waiting_gauge_.store(st.num_waiting);
   kv_usage_.store(st.kv.usage);
+  UpdateLoraInfo(st);
   if (plan->empty()) return;
 
   const std::string& name = options_.served_model_name;
@@ -402,6 +439,7 @@ void Engine::Deliver(const RequestOutput& out) {
     if (s.num_output_tokens == 1) {
       std::lock_guard<std::mutex> l(mu_);
       --waiting_;
+      live->started = true;
       if (s.first_token_micros >= 0 && s.arrival_micros >= 0) ttft_->Observe({name}, (s.first_token_micros - s.arrival_micros) / 1e6);
       if (s.first_scheduled_micros >= 0 && s.arrival_micros >= 0) {
         queue_time_->Observe({name}, (s.first_scheduled_micros - s.arrival_micros) / 1e6);

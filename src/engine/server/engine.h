@@ -130,6 +130,7 @@ class Engine {
   void Loop();
   void Step();
   void Deliver(const RequestOutput& out);
+  void UpdateLoraInfo(const SchedulerStats& st);
 
   EngineOptions options_;
   std::unique_ptr<Checkpoint> checkpoint_;
@@ -150,6 +151,8 @@ class Engine {
     bool want_logprobs = false;
     int32_t prompt_tokens = 0;
     LoraPin pin;  // holds the request's adapter resident until it finishes
+    std::string adapter;  // its name; "" for the base model
+    bool started = false;  // produced its first token
   };
   std::map<RequestId, Live> live_;  // loop thread only
 
@@ -179,6 +182,9 @@ class Engine {
   Histogram* queue_time_ = nullptr;
   std::atomic<int64_t> running_gauge_{0}, waiting_gauge_{0};
   std::atomic<double> kv_usage_{0};
+  // vllm:lora_requests_info labels: adapters of running and of waiting requests, comma-joined.
+  mutable std::mutex lora_info_mu_;
+  std::string running_loras_, waiting_loras_;
   std::map<RequestId, int64_t> last_token_micros_;
 };
 

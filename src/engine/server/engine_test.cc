@@ -225,6 +225,25 @@ TEST(Engine, LoraAdaptersInOneBatch) {
   }
   for (size_t i = 0; i < mixed.size(); ++i) EXPECT_EQ(Drain(*mixed[i]).tokens, solo[i % 3]) << "request " << i;
 
+  // vllm:lora_requests_info names the adapter of a running request.
+  {
+    GenerateRequest longer = reqs[1];
+    longer.sampling.max_tokens = 400;
+    StatusOr<std::shared_ptr<Stream>> s = e->Submit(longer);
+    ASSERT_TRUE(s.ok());
+    // Tokens of three steps: the step that delivered the first one has published its info.
+    size_t got = 0;
+    while (got < 3) {
+      Delta d;
+      if ((*s)->Next(&d)) got += d.tokens.size();
+    }
+    const std::string text = e->metrics().Render();
+    EXPECT_NE(text.find("vllm:lora_requests_info{running_lora_adapters=\"ad1\",waiting_lora_adapters=\"\",max_lora=\"2\"}"),
+              std::string::npos) << text;
+    (*s)->Cancel();
+    Drain(**s);
+  }
+
   GenerateRequest unknown = reqs[1];
   unknown.model = "ad3";
   EXPECT_EQ(e->Submit(unknown).status().code(), StatusCode::kNotFound);
