@@ -24,5 +24,7 @@ void AddModel(CLI::App& app, int* exit_code);
 void AddEngine(CLI::App& app, int* exit_code);
 // `simulate events`, registered on the `simulate` subcommand by AddSimulate.
 void AddSimulateEvents(CLI::App& simulate, int* exit_code);
+// `simulate autoscale` and `simulate routing`, registered on the `simulate` subcommand.
+void AddSimulateServing(CLI::App& simulate, int* exit_code);
 
 }  // namespace aicloud::cli

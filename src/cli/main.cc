@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   aicloud::cli::AddSimulate(app, &exit_code);
+  aicloud::cli::AddSimulateServing(*app.get_subcommand("simulate"), &exit_code);
   aicloud::cli::AddInventory(app, &exit_code);
   aicloud::cli::AddServer(app, &exit_code);
   aicloud::cli::AddClient(app, &exit_code);

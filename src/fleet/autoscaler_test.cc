@@ -205,7 +205,8 @@ TEST(SloAutoscalerTest, SaturationSignalsScaleUp) {
       {"calm", 0, 0.3, 500, 0},
       {"queue over 5 per replica", 8, 0.3, 500, 6},
       {"KV over 0.8", 0, 0.9, 500, 6},
-      {"TTFT p99 over 80% of the SLO", 0, 0.3, 1700, 6},
+      {"TTFT p99 over 80% of the SLO with a queue", 1, 0.3, 1700, 6},
+      {"a long prompt's TTFT without a queue", 0, 0.3, 1700, 0},
   };
   for (const Case& c : cases) {
     SloAutoscaler ours(OursConfig());
@@ -223,6 +224,19 @@ TEST(SloAutoscalerTest, SaturationSignalsScaleUp) {
       EXPECT_GE(d.desired, c.want_at_least) << c.name << ": " << d.reason;
     }
   }
+}
+
+TEST(SloAutoscalerTest, PressureDoesNotCompoundWhileReplicasStart) {
+  SloAutoscaler ours(OursConfig());
+  DeploymentSnapshot s = Snap(0, 4, 8, /*starting=*/1);
+  s.capacity = {10, 1000, 1000};
+  for (ReplicaMetrics& r : s.replicas) r.waiting = 10;
+  // Without the replica still starting, the queue would ask for 4 + 2 = 6.
+  EXPECT_LE(ours.Recommend(s).desired, 5);
+  SloAutoscaler fresh(OursConfig());
+  s.starting_replicas = 0;
+  s.current_replicas = 4;
+  EXPECT_EQ(fresh.Recommend(s).desired, 6);
 }
 
 TEST(SloAutoscalerTest, CapacityModelSizesFromTokenRates) {

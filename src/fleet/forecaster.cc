@@ -20,12 +20,13 @@ int LoadForecaster::Slot(double t_s) const {
 
 void LoadForecaster::Observe(double t_s, double value) {
   const long long bin = static_cast<long long>(std::floor(t_s / config_.bin_s));
-  if (bin != open_bin_) {
-    if (open_bin_ >= 0 && open_count_ > 0) {
+  if (!has_open_ || bin != open_bin_) {
+    if (has_open_ && open_count_ > 0) {
       const double mean = open_sum_ / open_count_;
       double& slot = profile_[static_cast<size_t>(Slot(static_cast<double>(open_bin_) * config_.bin_s))];
       slot = slot < 0 ? mean : config_.smoothing * mean + (1 - config_.smoothing) * slot;
     }
+    has_open_ = true;
     open_bin_ = bin;
     open_sum_ = 0;
     open_count_ = 0;

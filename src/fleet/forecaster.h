@@ -58,7 +58,8 @@ class LoadForecaster {
 
   ForecasterConfig config_;
   std::vector<double> profile_;  // per slot; < 0 = not learned
-  long long open_bin_ = -1;      // absolute bin index being accumulated
+  bool has_open_ = false;
+  long long open_bin_ = 0;       // absolute bin index being accumulated (times may be negative)
   double open_sum_ = 0;
   int open_count_ = 0;
   SampleWindow recent_;

@@ -39,16 +39,22 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   int rec = static_cast<int>(std::ceil(mean_load / u - 1e-9));
   std::string why = fmt::format("ours: load {:.2f} replicas at {:.0f}% -> {}", mean_load, u * 100, rec);
 
-  // 2. Saturation and SLO pressure.
-  if (ready > 0) {
+  // 2. Saturation and SLO pressure. One step at a time: while replicas asked for by an earlier
+  // step are still starting, another step would only compound the same signal.
+  if (ready > 0 && s.starting_replicas == 0) {
     const double queue = static_cast<double>(s.TotalWaiting()) / ready;
     const double kv = s.MeanKvUsage();
-    const double ttft = s.WorstTtftMs();
+    // A long prompt alone can exceed the TTFT objective; only a replica that also has a queue
+    // says that more replicas would help.
+    double ttft = 0;
+    for (const ReplicaMetrics& r : s.replicas) {
+      if (r.waiting > 0) ttft = std::max(ttft, r.ttft_p99_ms);
+    }
     std::string signal;
     if (queue > config_.queue_per_replica_high) signal = fmt::format("queue {:.1f}/replica", queue);
     else if (kv > config_.kv_high) signal = fmt::format("KV {:.2f}", kv);
     else if (s.slo.ttft_p99_ms > 0 && ttft > config_.ttft_slo_fraction * s.slo.ttft_p99_ms)
-      signal = fmt::format("TTFT p99 {:.0f} ms vs SLO {:.0f}", ttft, s.slo.ttft_p99_ms);
+      signal = fmt::format("TTFT p99 {:.0f} ms with a queue vs SLO {:.0f}", ttft, s.slo.ttft_p99_ms);
     if (!signal.empty()) {
       const int pressed = ready + std::max(1, static_cast<int>(std::ceil(ready * config_.scale_up_step)));
       if (pressed > rec) {
@@ -56,7 +62,7 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
         why = fmt::format("ours: {} -> {}", signal, rec);
       }
     }
-  } else if (in_flight > 0) {
+  } else if (ready == 0 && in_flight > 0) {
     rec = std::max(rec, 1);
   }
 

@@ -10,9 +10,9 @@
 //              ceil(mean L over `load_window_s` / target_utilization).
 //   2. pressure  when waiting requests per ready replica exceed `queue_per_replica_high` (GIE
 //              saturation detector: 5), mean KV usage exceeds `kv_high` (GIE: 0.8), or a
-//              replica's TTFT p99 exceeds `ttft_slo_fraction` of the SLO: at least
-//              ready x (1 + scale_up_step), computed from ready replicas so it does not compound
-//              while replicas start.
+//              replica with a queue reports TTFT p99 above `ttft_slo_fraction` of the SLO: at
+//              least ready x (1 + scale_up_step). Not again while replicas from an earlier step
+//              are starting, so one signal does not compound.
 //   3. predict the LoadForecaster's highest forecast over the next `lead_s` (provisioning delay
 //              + cold start), divided by the target utilization: replicas are asked for one lead
 //              time before a learned rise.

@@ -21,6 +21,14 @@ double SampleWindow::Mean(double now_s, double window_s, double fallback) const 
   return n == 0 ? fallback : sum / n;
 }
 
+double SampleWindow::Sum(double now_s, double window_s) const {
+  double sum = 0;
+  for (auto it = samples_.rbegin(); it != samples_.rend() && it->first > now_s - window_s; ++it) {
+    if (it->first <= now_s) sum += it->second;
+  }
+  return sum;
+}
+
 double SampleWindow::Max(double now_s, double window_s, double fallback) const {
   double best = -std::numeric_limits<double>::infinity();
   for (auto it = samples_.rbegin(); it != samples_.rend() && it->first > now_s - window_s; ++it) {

@@ -21,6 +21,7 @@ class SampleWindow {
   double Mean(double now_s, double window_s, double fallback = 0) const;
   double Max(double now_s, double window_s, double fallback = 0) const;
   double Min(double now_s, double window_s, double fallback = 0) const;
+  double Sum(double now_s, double window_s) const;
   // Time of the oldest sample kept (0 when empty).
   double OldestTime() const { return samples_.empty() ? 0 : samples_.front().first; }
   void Clear() { samples_.clear(); }

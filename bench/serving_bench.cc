@@ -1,0 +1,186 @@
+// Autoscaling and routing on the bundled LLM traces, and the cost of the fleet decisions:
+//   1. Azure LLM 2023 conv and code: static peak provisioning (the smallest fixed count meeting
+//      the TTFT SLO for 99% of requests) vs HPA, KPA, AIBrix and ours (without history, and with
+//      N re-sampled days of history) - attainment, GPU-hours, oscillations;
+//   2. Mooncake conversation trace on a fixed fleet: round-robin, least-request, prefix, score;
+//   3. router Pick and autoscaler Recommend time per call, and replay wall time.
+// Prints Markdown tables (bench/RESULTS.md section 7 quotes them).
+//
+//   build/bench/serving_bench [--history-days 3] [--replicas 16] [--speedup 4] [--ttft-slo-ms 5000]
+//                             [--routing-speedup 8] [--utilization 0.7] [--plot-dir docs/img]
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "fleet/autoscaler.h"
+#include "fleet/router.h"
+#include "sim/plot.h"
+#include "sim/serving_sim.h"
+#include "sim/serving_trace.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+void Row(const aicloud::sim::ServingRun& r, const std::string& label, double static_gpu_h, double wall) {
+  std::cout << fmt::format("| {} | {:.2f}% | {:.0f} | {:.0f} | {:.2f} | {:+.1f}% | {} | {:.1f} | {} | {:.2f} s |\n",
+                           label, r.slo_attainment * 100, r.ttft_p50_ms, r.ttft_p99_ms, r.gpu_hours,
+                           (r.gpu_hours / static_gpu_h - 1) * 100, r.peak_gpus, r.mean_gpus, r.oscillations, wall);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace aicloud;
+  int history_days = 3;
+  int replicas = 16;
+  double speedup = 4;
+  double routing_speedup = 8;
+  double slo_ms = 5000;
+  std::string plot_dir;
+  double utilization = 0.7;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--history-days")) history_days = std::stoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--replicas")) replicas = std::stoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--speedup")) speedup = std::stod(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--routing-speedup")) routing_speedup = std::stod(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--ttft-slo-ms")) slo_ms = std::stod(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--utilization")) utilization = std::stod(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--plot-dir")) plot_dir = argv[i + 1];
+  }
+  const std::string dir = std::string(AICLOUD_SOURCE_DIR) + "/data/traces/";
+
+  for (const char* name : {"conv", "code"}) {
+    StatusOr<sim::ServingTrace> trace =
+        sim::LoadAzureLlmTrace(dir + "azure-llm-inference-2023/AzureLLMInferenceTrace_" + name + ".csv");
+    if (!trace.ok()) {
+      std::cerr << trace.status() << "\n";
+      return 1;
+    }
+    sim::ServingConfig c;
+    c.model.speedup = speedup;
+    c.slo.ttft_p99_ms = slo_ms;
+    c.target_utilization = utilization;
+    std::cout << fmt::format("\n### Azure {} ({} requests, {:.0f} s), TTFT SLO {:.0f} ms, speedup {}\n\n", name,
+                             trace->requests.size(), trace->span_s(), c.slo.ttft_p99_ms, speedup);
+    std::cout << "| policy | TTFT within SLO | TTFT p50 ms | TTFT p99 ms | GPU-hours | vs static | peak GPUs | mean GPUs | direction changes | replay wall |\n";
+    std::cout << "|---|---|---|---|---|---|---|---|---|---|\n";
+    Clock::time_point t0 = Clock::now();
+    StatusOr<sim::ServingRun> st = sim::RunStaticBaseline(*trace, c, 0.99, 200);
+    if (!st.ok()) {
+      std::cerr << st.status() << "\n";
+      return 1;
+    }
+    const double static_h = st->gpu_hours;
+    Row(*st, fmt::format("static x{} (search)", st->static_replicas), static_h, Seconds(t0));
+    c.max_concurrency = sim::ProfiledConcurrency(*st);
+    std::vector<sim::ServingRun> runs{*st};
+    for (const char* policy : {"hpa", "kpa", "aibrix", "ours", "ours+history"}) {
+      sim::ServingConfig pc = c;
+      pc.policy = std::strcmp(policy, "ours+history") == 0 ? "ours" : policy;
+      pc.history_days = std::strcmp(policy, "ours+history") == 0 ? history_days : 0;
+      t0 = Clock::now();
+      StatusOr<sim::ServingRun> run = sim::RunServing(*trace, pc);
+      if (!run.ok()) {
+        std::cerr << run.status() << "\n";
+        return 1;
+      }
+      Row(*run, pc.history_days > 0 ? fmt::format("ours, {} days of history", pc.history_days) : policy,
+          static_h, Seconds(t0));
+      runs.push_back(std::move(*run));
+    }
+    if (!plot_dir.empty()) {
+      sim::PlotSpec spec;
+      spec.title = fmt::format("GPUs held, Azure {} trace (TTFT SLO {:.0f} ms)", name, slo_ms);
+      spec.x_label = "Trace time (minutes)";
+      spec.y_label = "GPUs (replicas holding one)";
+      spec.x_min = 0;
+      spec.y_min = 0;
+      sim::Series load{"offered load / 0.7", {}};
+      for (const sim::TimelinePoint& p : runs[0].timeline) load.points.emplace_back(p.t_s / 60, p.load_replicas / 0.7);
+      spec.series.push_back(std::move(load));
+      for (const sim::ServingRun& r : runs) {
+        std::string label = r.policy == "static" ? fmt::format("static x{}", r.static_replicas)
+                            : r.history_days > 0 ? fmt::format("ours +{}d history", r.history_days) : r.policy;
+        sim::Series s{fmt::format("{} ({:.1f} GPU-h, {:.1f}%)", label, r.gpu_hours, r.slo_attainment * 100), {}};
+        for (const sim::TimelinePoint& p : r.timeline) s.points.emplace_back(p.t_s / 60, p.gpus);
+        spec.series.push_back(std::move(s));
+      }
+      if (Status w = sim::WritePlot(spec, plot_dir + "/autoscale_" + name + ".svg"); !w.ok()) std::cerr << w << "\n";
+    }
+    std::cout << fmt::format("\nPer-replica concurrency profiled on the static run: {:.1f} in flight; HPA, KPA and "
+                             "AIBrix target 70% of it ({:.1f}).\n", c.max_concurrency, 0.7 * c.max_concurrency);
+  }
+
+  StatusOr<sim::ServingTrace> moon = sim::LoadMooncakeTrace(dir + "mooncake-fast25/conversation_trace.jsonl");
+  if (!moon.ok()) {
+    std::cerr << moon.status() << "\n";
+    return 1;
+  }
+  std::cout << fmt::format("\n### Mooncake conversation ({} requests), {} static replicas, speedup {}\n\n",
+                           moon->requests.size(), replicas, routing_speedup);
+  std::cout << "| router | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | prefix-cache hit | E2E mean s | replay wall |\n";
+  std::cout << "|---|---|---|---|---|---|---|\n";
+  for (const std::string& router : fleet::RouterNames()) {
+    sim::ServingConfig c;
+    c.policy = "static";
+    c.router = router;
+    c.static_replicas = replicas;
+    c.model.speedup = routing_speedup;
+    const Clock::time_point t0 = Clock::now();
+    StatusOr<sim::ServingRun> run = sim::RunServing(*moon, c);
+    if (!run.ok()) {
+      std::cerr << run.status() << "\n";
+      return 1;
+    }
+    std::cout << fmt::format("| {} | {:.0f} | {:.0f} | {:.0f} | {:.1f}% | {:.1f} | {:.2f} s |\n", router,
+                             run->ttft_mean_ms, run->ttft_p50_ms, run->ttft_p99_ms, run->prefix_hit_rate * 100,
+                             run->e2e_mean_s, Seconds(t0));
+  }
+
+  // Decision cost: 32 replicas, requests of 24 blocks from 200 conversations.
+  std::cout << "\n### Decision cost (32 replicas)\n\n| call | ns per call |\n|---|---|\n";
+  std::vector<fleet::ReplicaView> views(32);
+  for (size_t i = 0; i < views.size(); ++i) {
+    views[i].id = "replica-" + std::to_string(i);
+    views[i].ready = true;
+    views[i].queue_depth = static_cast<int>(i % 4);
+    views[i].running = static_cast<int>(i % 9);
+    views[i].kv_usage = 0.02 * static_cast<double>(i % 30);
+  }
+  for (const std::string& name : fleet::RouterNames()) {
+    std::unique_ptr<fleet::Router> router = std::move(*fleet::MakeRouter(name));
+    const int n = 200000;
+    const Clock::time_point t0 = Clock::now();
+    size_t sink = 0;
+    for (int i = 0; i < n; ++i) {
+      fleet::RouteRequest req;
+      const uint64_t conv = static_cast<uint64_t>(i % 200);
+      for (uint64_t b = 0; b < 24; ++b) req.prefix_hashes.push_back(conv * 100000 + b);
+      sink += *router->Pick(req, views);
+    }
+    std::cout << fmt::format("| {} Pick | {:.0f} |\n", name, Seconds(t0) / n * 1e9 + 0 * static_cast<double>(sink));
+  }
+  for (const std::string& name : fleet::AutoscalerNames()) {
+    std::unique_ptr<fleet::Autoscaler> a = std::move(*fleet::MakeAutoscaler(name, {1, 100}));
+    fleet::DeploymentSnapshot s;
+    s.capacity = {64, 8000, 3000};
+    s.replicas.resize(32);
+    s.current_replicas = 32;
+    const int n = 100000;
+    const Clock::time_point t0 = Clock::now();
+    for (int i = 0; i < n; ++i) {
+      s.now_s = i * a->tick_seconds();
+      s.replicas[static_cast<size_t>(i % 32)].running = i % 50;
+      s.prompt_tokens_per_s = 1000.0 * (i % 100);
+      a->Recommend(s);
+    }
+    std::cout << fmt::format("| {} Recommend | {:.0f} |\n", name, Seconds(t0) / n * 1e9);
+  }
+  return 0;
+}

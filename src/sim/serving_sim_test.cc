@@ -1,0 +1,178 @@
+#include "sim/serving_sim.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace aicloud::sim {
+namespace {
+
+ServingTrace Steady(double rps, double seconds, int prompt, int output) {
+  ServingTrace t;
+  t.name = "steady";
+  for (double s = 0; s < seconds; s += 1 / rps) t.requests.push_back({s, prompt, output, {}});
+  return t;
+}
+
+TEST(ReplicaModelTest, MatchesTheEngineCalibration) {
+  ReplicaModel m;
+  m.speedup = 1;
+  // bench/RESULTS.md section 6: pp512 ~520 t/s, tg ~70 t/s single stream, ~350 t/s at 32.
+  EXPECT_NEAR(512 / m.StepSeconds(0, 512), 520, 15);
+  EXPECT_NEAR(1 / m.StepSeconds(1, 0), 70, 1);
+  EXPECT_NEAR(32 / m.StepSeconds(32, 0), 350, 5);
+  m.speedup = 4;
+  EXPECT_NEAR(1 / m.StepSeconds(1, 0), 280, 4);
+}
+
+TEST(SimReplicaTest, UnloadedLatencyIsPrefillThenOneStepPerToken) {
+  ServingTrace t;
+  t.requests.push_back({0, 1000, 11, {}});
+  ReplicaModel m;
+  m.speedup = 1;
+  m.prefill_chunk_tokens = 4096;
+  std::vector<RequestOutcome> out(1);
+  SimReplica r(m, t, &out, nullptr, "r0", 0);
+  r.Enqueue(0, 0);
+  while (r.next_event_s() < 1e18) r.CompleteStep();
+  EXPECT_NEAR(out[0].first_token_s, m.StepSeconds(0, 1000), 1e-9);
+  EXPECT_NEAR(out[0].finish_s - out[0].first_token_s, 10 * m.StepSeconds(1, 0), 1e-9);
+  EXPECT_TRUE(r.empty());
+  EXPECT_DOUBLE_EQ(r.kv_usage(), 0);
+}
+
+TEST(SimReplicaTest, PrefixCacheSkipsCachedBlocks) {
+  ServingTrace t;
+  t.block_tokens = 512;
+  t.requests.push_back({0, 1024, 1, {1, 2}});
+  t.requests.push_back({10, 1100, 1, {1, 2, 3}});
+  ReplicaModel m;
+  std::vector<RequestOutcome> out(2);
+  fleet::PrefixIndex cache(100, 1 << 30);
+  SimReplica r(m, t, &out, &cache, "r0", 0);
+  r.Enqueue(0, 0);
+  while (r.next_event_s() < 1e18) r.CompleteStep();
+  r.Enqueue(1, 10);
+  while (r.next_event_s() < 1e18) r.CompleteStep();
+  EXPECT_EQ(out[0].cached_tokens, 0);
+  EXPECT_EQ(out[1].cached_tokens, 1024);
+  EXPECT_NEAR(out[1].first_token_s - 10, m.StepSeconds(0, 76), 1e-9);
+}
+
+TEST(ServingSimTest, StaticEnoughReplicasMeetTheSlo) {
+  const ServingTrace t = Steady(4, 600, 500, 50);
+  ServingConfig c;
+  c.policy = "static";
+  c.static_replicas = 4;
+  c.slo.ttft_p99_ms = 2000;
+  StatusOr<ServingRun> run = RunServing(t, c);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->completed, run->requests);
+  EXPECT_DOUBLE_EQ(run->slo_attainment, 1.0);
+  EXPECT_NEAR(run->gpu_hours, 4 * run->span_s / 3600, 1e-6);
+  EXPECT_EQ(run->oscillations, 0);
+}
+
+TEST(ServingSimTest, TooFewReplicasMissTheSlo) {
+  const ServingTrace t = Steady(20, 300, 2000, 50);
+  ServingConfig c;
+  c.policy = "static";
+  c.static_replicas = 1;
+  c.slo.ttft_p99_ms = 2000;
+  StatusOr<ServingRun> run = RunServing(t, c);
+  ASSERT_TRUE(run.ok());
+  EXPECT_LT(run->slo_attainment, 0.2);
+}
+
+TEST(ServingSimTest, AutoscalersFollowAStepInLoad) {
+  // 10 minutes quiet, 20 minutes at 6x, 10 minutes quiet.
+  ServingTrace t;
+  t.name = "step";
+  for (double s = 0; s < 2400; s += (s >= 600 && s < 1800) ? 1.0 / 12 : 0.5) t.requests.push_back({s, 600, 60, {}});
+  for (const char* policy : {"hpa", "kpa", "aibrix", "ours"}) {
+    ServingConfig c;
+    c.policy = policy;
+    c.slo.ttft_p99_ms = 2000;
+    StatusOr<ServingRun> run = RunServing(t, c);
+    ASSERT_TRUE(run.ok()) << policy << ": " << run.status();
+    int before = 0, during = 0, after = 0;
+    for (const TimelinePoint& p : run->timeline) {
+      if (p.t_s > 500 && p.t_s < 600) before = std::max(before, p.gpus);
+      if (p.t_s > 1500 && p.t_s < 1800) during = std::max(during, p.gpus);
+      if (p.t_s > 2350) after = p.gpus;
+    }
+    EXPECT_GT(during, before) << policy;
+    EXPECT_LT(after, during) << policy;
+    EXPECT_GT(run->slo_attainment, 0.5) << policy;
+  }
+}
+
+TEST(ServingSimTest, RepeatsExactly) {
+  const ServingTrace t = Steady(3, 300, 800, 40);
+  ServingConfig c;
+  c.policy = "ours";
+  c.history_days = 2;
+  StatusOr<ServingRun> a = RunServing(t, c);
+  StatusOr<ServingRun> b = RunServing(t, c);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(FormatServingJson({*a}), FormatServingJson({*b}));
+}
+
+TEST(ServingSimTest, StaticBaselineFindsTheSmallestCount) {
+  const ServingTrace t = Steady(4, 300, 1000, 20);
+  ServingConfig c;
+  c.slo.ttft_p99_ms = 1500;
+  StatusOr<ServingRun> best = RunStaticBaseline(t, c, 0.99, 32);
+  ASSERT_TRUE(best.ok()) << best.status();
+  EXPECT_GE(best->slo_attainment, 0.99);
+  c.policy = "static";
+  c.static_replicas = best->static_replicas - 1;
+  if (c.static_replicas >= 1) {
+    StatusOr<ServingRun> fewer = RunServing(t, c);
+    ASSERT_TRUE(fewer.ok());
+    EXPECT_LT(fewer->slo_attainment, 0.99);
+  }
+  c.slo.ttft_p99_ms = 1;  // impossible
+  EXPECT_EQ(RunStaticBaseline(t, c, 0.99, 4).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ServingSimTest, BadConfig) {
+  const ServingTrace t = Steady(1, 10, 10, 10);
+  ServingConfig c;
+  c.policy = "vpa";
+  EXPECT_EQ(RunServing(t, c).status().code(), StatusCode::kInvalidArgument);
+  c.policy = "static";
+  c.router = "random";
+  EXPECT_EQ(RunServing(t, c).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(RunServing(ServingTrace{}, ServingConfig{}).ok());
+}
+
+TEST(ServingSimTest, PrefixRoutingRaisesHitsOverRoundRobin) {
+  // 7 conversations (so round-robin does not line them up with the 4 replicas by chance), each
+  // re-sending its growing history; turns interleaved.
+  ServingTrace t;
+  t.block_tokens = 512;
+  t.name = "chat";
+  double now = 0;
+  for (int turn = 1; turn <= 6; ++turn) {
+    for (uint64_t conv = 0; conv < 7; ++conv) {
+      ServingRequest r{now, 512 * (turn + 2), 20, {}};
+      for (int b = 0; b < turn + 2; ++b) r.block_hashes.push_back(conv * 1000 + static_cast<uint64_t>(b));
+      t.requests.push_back(r);
+      now += 0.7;
+    }
+  }
+  ServingConfig c;
+  c.policy = "static";
+  c.static_replicas = 4;
+  c.router = "round-robin";
+  StatusOr<ServingRun> rr = RunServing(t, c);
+  c.router = "prefix";
+  StatusOr<ServingRun> prefix = RunServing(t, c);
+  ASSERT_TRUE(rr.ok() && prefix.ok());
+  EXPECT_GT(prefix->prefix_hit_rate, rr->prefix_hit_rate + 0.2);
+  EXPECT_LT(prefix->ttft_mean_ms, rr->ttft_mean_ms);
+}
+
+}  // namespace
+}  // namespace aicloud::sim
