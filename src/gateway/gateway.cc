@@ -40,6 +40,13 @@ struct Gateway::Call {
   BudgetReservation reservation;
   bool settled = true;           // false while a reservation / tpm charge is outstanding
   std::vector<uint64_t> prefix;
+
+  // Rate-limit scopes point into `who`: (re)build them after `who` is set or the Call moved.
+  void PointScopes() {
+    rate_scopes.clear();
+    if (who.key_limits.HasRate()) rate_scopes.push_back({"key " + who.key_id, &who.key_limits});
+    if (who.tenant_limits.HasRate()) rate_scopes.push_back({"tenant " + who.tenant, &who.tenant_limits});
+  }
 };
 
 struct Gateway::DeploymentState {
@@ -246,7 +253,8 @@ http::Response Gateway::Handle(Endpoint endpoint, http::Request& req) {
   }
   StatusOr<RequestInfo> info = ParseRequestInfo(body, endpoint);
   if (!info.ok()) {
-    const std::string& m = info.status().message();
+    const Status st = info.status();
+    const std::string& m = st.message();
     return Refuse(call, "bad_request", OpenAiError(400, "invalid_request", m, m.substr(0, m.find(':'))));
   }
   call.info = std::move(*info);
@@ -277,10 +285,7 @@ http::Response Gateway::Handle(Endpoint endpoint, http::Request& req) {
   call.max_tokens = call.info.max_tokens.value_or(endpoint == Endpoint::kEmbeddings ? 0 : options_.default_max_tokens);
   call.prompt_estimate = call.info.PromptTokensUpperBound();
   call.estimate = call.prompt_estimate + call.max_tokens * call.info.n;
-  if (call.who.key_limits.HasRate()) call.rate_scopes.push_back({"key " + call.who.key_id, &call.who.key_limits});
-  if (call.who.tenant_limits.HasRate()) {
-    call.rate_scopes.push_back({"tenant " + call.who.tenant, &call.who.tenant_limits});
-  }
+  call.PointScopes();
   if (!call.rate_scopes.empty()) {
     RateVerdict v = limiter_.Admit(call.rate_scopes, call.estimate);
     if (!v.ok) return Refuse(call, "rate_limit", OpenAiError(429, "rate_limit_exceeded", v.message, {}, v.retry_after_s));
@@ -542,6 +547,7 @@ void Gateway::Settle(Call& call, const Route& route, bool answered, std::optiona
 http::Response Gateway::Streaming(Call& call, const Route& route) {
   auto pipe = std::make_shared<Pipe>();
   auto shared_call = std::make_shared<Call>(std::move(call));
+  shared_call->PointScopes();  // the limits now live in *shared_call
   auto shared_route = std::make_shared<const Route>(route);
   {
     std::lock_guard<std::mutex> lock(bg_mu_);
@@ -621,6 +627,10 @@ http::Response Gateway::Streaming(Call& call, const Route& route) {
   // The writer side runs on the server's stream thread. `Done` settles and records exactly once,
   // also when the stream function never runs (server stopping): it is the guard's destructor.
   struct Done {
+    Done(Gateway* g, std::shared_ptr<Pipe> p, std::shared_ptr<Call> c, std::shared_ptr<const Route> r)
+        : gw(g), pipe(std::move(p)), call(std::move(c)), route(std::move(r)) {}
+    Done(const Done&) = delete;
+    Done& operator=(const Done&) = delete;
     Gateway* gw;
     std::shared_ptr<Pipe> pipe;
     std::shared_ptr<Call> call;
@@ -644,7 +654,7 @@ http::Response Gateway::Streaming(Call& call, const Route& route) {
       if (gw->deps_.usage != nullptr) gw->deps_.usage->Record(call->rec);
     }
   };
-  auto done = std::make_shared<Done>(Done{this, pipe, shared_call, shared_route, std::nullopt, 0, false});
+  auto done = std::make_shared<Done>(this, pipe, shared_call, shared_route);
   r.stream = [done, pipe, client_usage = c.info.include_usage](http::StreamWriter& w) {
     http::SseParser parser;
     std::string take, out;
@@ -652,8 +662,8 @@ http::Response Gateway::Streaming(Call& call, const Route& route) {
     for (;;) {
       bool finished;
       {
-        std::unique_lock<std::mutex> lock(pipe->mu);
-        pipe->cv.wait_for(lock, std::chrono::milliseconds(100),
+        std::unique_lock<std::mutex> guard(pipe->mu);
+        pipe->cv.wait_for(guard, std::chrono::milliseconds(100),
                           [&] { return !pipe->buf.empty() || pipe->upstream_done; });
         if (w.closed()) {
           done->client_gone = true;

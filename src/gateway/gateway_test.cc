@@ -20,14 +20,16 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 // An engine stand-in: /v1/chat/completions (unary and SSE, usage honouring max_tokens), /metrics.
+struct FakeEngineOptions {
+  int prompt_tokens = 5;
+  int completion_tokens = 50;  // capped by max_tokens
+  int stream_chunks = 3;
+  milliseconds chunk_gap{0};
+};
+
 class FakeEngine {
  public:
-  struct Options {
-    int prompt_tokens = 5;
-    int completion_tokens = 50;   // capped by max_tokens
-    int stream_chunks = 3;
-    milliseconds chunk_gap{0};
-  };
+  using Options = FakeEngineOptions;
   explicit FakeEngine(Options o = {}) : o_(o) {
     router_.Add("POST", "/v1/chat/completions", [this](http::Request& r) { return Chat(r); });
     router_.Add("POST", "/v1/completions", [this](http::Request& r) { return Chat(r); });
@@ -248,8 +250,8 @@ INSTANTIATE_TEST_SUITE_P(
         // score with equal load: the prompt's prefix sticks to the replica that served it first.
         RoutingCase{"score", {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}}, kLongPrompt, 4, {"r0", "r0", "r0", "r0"}},
         RoutingCase{"prefix", {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}}, kLongPrompt, 3, {"r0", "r0", "r0"}}),
-    [](const auto& info) {
-      std::string n = info.param.policy + "_" + std::to_string(info.index);
+    [](const auto& p) {
+      std::string n = p.param.policy + "_" + std::to_string(p.index);
       for (char& ch : n) if (ch == '-') ch = '_';
       return n;
     });
@@ -325,8 +327,10 @@ TEST(Gateway, AuthenticationAndModelRbac) {
   auto models = [&](const std::string& key) {
     std::vector<std::string> ids;
     auto r = c.Send("GET", "/v1/models", "", {{"Authorization", "Bearer " + key}});
-    EXPECT_EQ(r->status, 200);
-    for (const json& m : json::parse(r->body)["data"]) ids.push_back(m["id"]);
+    EXPECT_EQ(r->status, 200) << r->body;
+    const json list = json::parse(r->body);
+    for (const json& m : list["data"]) ids.push_back(m["id"]);
+    if (ids.empty()) ADD_FAILURE() << r->body;
     return ids;
   };
   EXPECT_EQ(models("key-a"), (std::vector<std::string>{"model-a", "lora-a1", "lora-a2"}));
@@ -343,7 +347,7 @@ TEST(Gateway, RpmAndTpmAnswer429WithRetryAfter) {
   Harness h;
   ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
   h.AddKey("rpm", {.key_id = "krpm", .tenant = "t", .key_limits = {.rpm = 2}});
-  h.AddKey("tpm", {.key_id = "ktpm", .tenant = "t2", .tenant_limits = {.tpm = 1000}});
+  h.AddKey("tpm", {.key_id = "ktpm", .tenant = "t", .tenant_limits = {.tpm = 1000}});
   EXPECT_EQ(h.Post("rpm", Harness::Chat("m"))->status, 200);
   EXPECT_EQ(h.Post("rpm", Harness::Chat("m"))->status, 200);
   auto r = h.Post("rpm", Harness::Chat("m"));
@@ -355,7 +359,7 @@ TEST(Gateway, RpmAndTpmAnswer429WithRetryAfter) {
   // tpm: each request reserves ~340 tokens and is settled at its usage of 310.
   for (int i = 0; i < 3; ++i) EXPECT_EQ(h.Post("tpm", Harness::Chat("m", "hi", 300))->status, 200) << i;
   auto t = h.Post("tpm", Harness::Chat("m", "hi", 300));
-  ExpectOpenAiError(t, 429, "rate_limit_error", "tenant t2 allows 1000 tokens per minute");
+  ExpectOpenAiError(t, 429, "rate_limit_error", "tenant t allows 1000 tokens per minute");
   EXPECT_GE(std::stoi(t->headers["retry-after"]), 1);
   EXPECT_EQ(e.requests.load(), 6);
 }

@@ -23,7 +23,7 @@ TEST(RequestInfo, ChatPromptAndEstimateIsAnUpperBound) {
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
   EXPECT_EQ(r->max_tokens, 20);
-  EXPECT_EQ(r->PromptTokensUpperBound(), 28 + 2 * 8 + 16);
+  EXPECT_EQ(r->PromptTokensUpperBound(), 27 + 2 * 8 + 16);  // bytes + per message + per request
 }
 
 TEST(RequestInfo, CompletionTokenIdsCountExactly) {
