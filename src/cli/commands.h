@@ -22,6 +22,8 @@ Status SaveClientConfig(const nlohmann::json& config);
 void AddModel(CLI::App& app, int* exit_code);
 // `engine` (serve a model over the OpenAI API) and `engine generate`.
 void AddEngine(CLI::App& app, int* exit_code);
+// `gateway`: the OpenAI front door for engine replicas listed in an upstreams file.
+void AddGateway(CLI::App& app, int* exit_code);
 // `simulate events`, registered on the `simulate` subcommand by AddSimulate.
 void AddSimulateEvents(CLI::App& simulate, int* exit_code);
 // `simulate autoscale` and `simulate routing`, registered on the `simulate` subcommand.

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   aicloud::cli::AddClient(app, &exit_code);
   aicloud::cli::AddModel(app, &exit_code);
   aicloud::cli::AddEngine(app, &exit_code);
+  aicloud::cli::AddGateway(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 //   };
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -52,8 +53,8 @@ class NullUsageSink final : public UsageSink {
   void Record(UsageRecord) override {}
 };
 
-// Writes one JSON line per record to a FILE (stderr by default) from a background thread, so the
-// request path only queues. When more than `max_queue` records wait, new ones are dropped and
+// Writes one JSON line per record to a FILE (stderr by default) from a background thread that
+// wakes every 100 ms, so the request path only appends to a queue (no thread wake-up per request). When more than `max_queue` records wait, new ones are dropped and
 // counted (dropped()), never blocking requests.
 class LogUsageSink final : public UsageSink {
  public:

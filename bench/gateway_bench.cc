@@ -1,0 +1,448 @@
+// Gateway overhead: an open-loop load generator at a fixed rate over keep-alive connections,
+// measuring the latency of the same small /v1/chat/completions call sent
+//   direct   straight to a stub upstream,
+//   gateway  through aicloud's gateway (auth, RBAC, limits, budget, routing, usage record),
+//   nginx    through an nginx reverse proxy (keep-alive upstream), started here as a child
+//            process with a generated config in a temp dir (as user nobody when run as root),
+// in interleaved rounds, and reporting p50/p99/p99.9 and the latency each proxy adds.
+//
+//   gateway_bench --rate 5000 --seconds 5 --rounds 4 [--connections 64] [--json out.json]
+//
+// The stub answers a fixed chat.completion body (with usage) from an http::Server. Latency is
+// measured from each request's scheduled send time (open loop: a late send counts against the
+// system, so coordinated omission does not hide queueing). Results: bench/RESULTS.md section 8.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gateway/gateway.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace aicloud;
+
+struct Flags {
+  double rate = 5000;
+  double seconds = 5;
+  double warmup = 1;
+  int rounds = 4;
+  int connections = 64;
+  std::string nginx = "/usr/sbin/nginx";
+  std::string json_out;
+  std::string policy = "score";
+  bool limits = true;  // give the key rpm/tpm limits and a budget (the full admission path)
+};
+
+const char kStubBody[] =
+    R"({"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"m",)"
+    R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},)"
+    R"("logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21}})";
+
+// One keep-alive connection of the load generator.
+struct Conn {
+  int fd = -1;
+  bool busy = false;
+  Clock::time_point scheduled;
+  std::string in;
+};
+
+int Connect(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 && errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Length of a complete HTTP response at the start of `s` (Content-Length framing), or 0.
+size_t CompleteResponse(const std::string& s) {
+  size_t end = s.find("\r\n\r\n");
+  if (end == std::string::npos) return 0;
+  size_t len = 0;
+  for (size_t p = 0; p < end;) {
+    size_t eol = s.find("\r\n", p);
+    std::string line = s.substr(p, eol - p);
+    p = eol + 2;
+    if (line.size() > 15 && strncasecmp(line.c_str(), "content-length:", 15) == 0) len = std::stoul(line.substr(15));
+  }
+  return s.size() >= end + 4 + len ? end + 4 + len : 0;
+}
+
+struct Result {
+  std::vector<double> lat_us;
+  int64_t errors = 0;
+  int64_t late = 0;  // sends that found no idle connection at their scheduled time
+};
+
+// Sends `rate` requests/s for `seconds` to 127.0.0.1:port; records latencies after `warmup`.
+Result Run(uint16_t port, const std::string& request, double rate, double seconds, double warmup, int connections) {
+  Result res;
+  int ep = epoll_create1(0);
+  std::vector<Conn> conns(connections);
+  for (int i = 0; i < connections; ++i) {
+    conns[i].fd = Connect(port);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<uint32_t>(i);
+    epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // connects complete
+  std::vector<int> idle;
+  for (int i = connections - 1; i >= 0; --i) idle.push_back(i);
+  std::deque<Clock::time_point> backlog;
+  const auto t0 = Clock::now();
+  const auto t_end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup + seconds));
+  const auto t_measure = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
+  const auto gap = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate));
+  auto next = t0;
+  int outstanding = 0;
+  char buf[65536];
+  epoll_event events[128];
+  auto send_on = [&](int i, Clock::time_point sched) {
+    Conn& c = conns[i];
+    c.busy = true;
+    c.scheduled = sched;
+    c.in.clear();
+    ssize_t n = send(c.fd, request.data(), request.size(), MSG_NOSIGNAL);
+    if (n != static_cast<ssize_t>(request.size())) ++res.errors;
+    ++outstanding;
+  };
+  for (;;) {
+    auto now = Clock::now();
+    while (next <= now && next < t_end) {
+      backlog.push_back(next);
+      next += gap;
+    }
+    while (!backlog.empty() && !idle.empty()) {
+      if (backlog.front() + std::chrono::microseconds(200) < now) ++res.late;
+      int i = idle.back();
+      idle.pop_back();
+      send_on(i, backlog.front());
+      backlog.pop_front();
+    }
+    if (next >= t_end && backlog.empty() && outstanding == 0) break;
+    if (now > t_end + std::chrono::seconds(10)) {  // stuck: count what is left as errors
+      res.errors += outstanding + static_cast<int64_t>(backlog.size());
+      break;
+    }
+    // Sleep until the next send (nanosecond timeout, never a busy poll: on two cores a spinning
+    // load generator would steal the CPU the systems under test need).
+    timespec ts{0, 0};
+    if (backlog.empty()) {
+      int64_t until_ns = next >= t_end ? 5'000'000
+                                       : std::chrono::duration_cast<std::chrono::nanoseconds>(next - Clock::now()).count();
+      until_ns = std::max<int64_t>(0, until_ns);
+      ts.tv_sec = until_ns / 1'000'000'000;
+      ts.tv_nsec = until_ns % 1'000'000'000;
+    } else {
+      ts.tv_nsec = 100'000;  // requests wait for a free connection: wait for one to answer
+    }
+    int n = epoll_pwait2(ep, events, 128, &ts, nullptr);
+    for (int k = 0; k < n; ++k) {
+      int i = static_cast<int>(events[k].data.u32);
+      Conn& c = conns[i];
+      for (;;) {
+        ssize_t r = recv(c.fd, buf, sizeof(buf), 0);
+        if (r > 0) {
+          c.in.append(buf, static_cast<size_t>(r));
+          continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {  // closed: reconnect
+          epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
+          close(c.fd);
+          if (c.busy) {
+            ++res.errors;
+            --outstanding;
+            c.busy = false;
+          }
+          c.fd = Connect(port);
+          epoll_event ev{};
+          ev.events = EPOLLIN;
+          ev.data.u32 = static_cast<uint32_t>(i);
+          epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
+          idle.push_back(i);
+        }
+        break;
+      }
+      if (c.busy) {
+        size_t len = CompleteResponse(c.in);
+        if (len > 0) {
+          auto done = Clock::now();
+          if (c.in.compare(0, 12, "HTTP/1.1 200") != 0) ++res.errors;
+          else if (c.scheduled >= t_measure) {
+            res.lat_us.push_back(std::chrono::duration<double, std::micro>(done - c.scheduled).count());
+          }
+          c.busy = false;
+          --outstanding;
+          idle.push_back(i);
+        }
+      }
+    }
+  }
+  for (Conn& c : conns) close(c.fd);
+  close(ep);
+  return res;
+}
+
+double Pct(std::vector<double>& v, double p) {
+  if (v.empty()) return NAN;
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())) - 1));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Starts nginx proxying 127.0.0.1:port -> stub; returns its pid (0 when it cannot run).
+pid_t StartNginx(const Flags& f, uint16_t stub_port, uint16_t port, std::string* dir_out, std::string* why) {
+  if (access(f.nginx.c_str(), X_OK) != 0) {
+    *why = f.nginx + " not found (scripts/setup installs nginx-light)";
+    return 0;
+  }
+  char tmpl[] = "/tmp/aicloud-gw-bench-nginx.XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  chmod(dir.c_str(), 0777);
+  *dir_out = dir;
+  std::ofstream conf(dir + "/nginx.conf");
+  conf << "worker_processes 1;\ndaemon off;\nmaster_process off;\npid " << dir << "/nginx.pid;\n"
+       << "error_log " << dir << "/error.log warn;\n"
+       << "events { worker_connections 4096; }\n"
+       << "http {\n  access_log off;\n"
+       << "  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n"
+       << "  client_body_temp_path " << dir << "/body;\n  proxy_temp_path " << dir << "/proxy;\n"
+       << "  fastcgi_temp_path " << dir << "/fcgi;\n  uwsgi_temp_path " << dir << "/uwsgi;\n"
+       << "  scgi_temp_path " << dir << "/scgi;\n"
+       << "  upstream stub { server 127.0.0.1:" << stub_port << "; keepalive 256; }\n"
+       << "  server {\n    listen 127.0.0.1:" << port << ";\n"
+       << "    location / {\n      proxy_pass http://stub;\n      proxy_http_version 1.1;\n"
+       << "      proxy_set_header Connection \"\";\n    }\n  }\n}\n";
+  conf.close();
+  std::vector<std::string> args;
+  if (geteuid() == 0) {  // never run the proxy as root: drop to nobody
+    args = {"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", f.nginx};
+  } else {
+    args = {f.nginx};
+  }
+  for (std::string a : {std::string("-p"), dir, std::string("-c"), dir + "/nginx.conf", std::string("-e"), dir + "/error.log"}) {
+    args.push_back(std::move(a));
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
+    *why = "cannot start " + args[0];
+    return 0;
+  }
+  for (int i = 0; i < 100; ++i) {  // wait until it listens
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool up = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    if (up) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  std::ifstream log(dir + "/error.log");
+  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  *why = "nginx did not start: " + text;
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "error: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--rate") f.rate = std::stod(val());
+    else if (a == "--seconds") f.seconds = std::stod(val());
+    else if (a == "--warmup") f.warmup = std::stod(val());
+    else if (a == "--rounds") f.rounds = std::stoi(val());
+    else if (a == "--connections") f.connections = std::stoi(val());
+    else if (a == "--nginx") f.nginx = val();
+    else if (a == "--json") f.json_out = val();
+    else if (a == "--policy") f.policy = val();
+    else if (a == "--no-limits") f.limits = false;
+    else {
+      std::fprintf(stderr,
+                   "usage: gateway_bench [--rate R] [--seconds S] [--warmup S] [--rounds N] [--connections C]\n"
+                   "                     [--nginx PATH] [--policy P] [--no-limits] [--json FILE]\n");
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+
+  // The stub upstream.
+  http::Router stub_router;
+  stub_router.Add("POST", "/v1/chat/completions", [](http::Request&) {
+    return http::Response::Text(200, kStubBody, "application/json");
+  });
+  auto stub = http::Server::Start({.io_threads = 1, .worker_threads = 2}, [&](http::Request& r) { return stub_router.Dispatch(r); });
+  if (!stub.ok()) {
+    std::fprintf(stderr, "error: stub: %s\n", stub.status().message().c_str());
+    return 1;
+  }
+  const uint16_t stub_port = (*stub)->port();
+
+  // The gateway, in this process, with one replica (the stub).
+  gateway::StaticDirectory dir;
+  gateway::Route route;
+  route.deployment = route.model = route.base_model = "m";
+  route.tenant = "bench";
+  route.prompt_price_per_m = 0.1;
+  route.completion_price_per_m = 0.2;
+  route.replicas = {{"stub", "127.0.0.1:" + std::to_string(stub_port), true}};
+  (void)dir.Upsert(route);
+  gateway::StaticKeys keys;
+  gateway::Caller caller{.key_id = "bench", .tenant = "bench"};
+  if (f.limits) {
+    caller.key_limits = {.rpm = 100'000'000, .tpm = 1'000'000'000'000, .budget_tokens = 1'000'000'000'000, .budget_period_s = 86400};
+    caller.tenant_limits = {.rpm = 100'000'000, .budget_cost = 1e12, .budget_period_s = 86400};
+  }
+  (void)keys.Add("sk-bench", caller);
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  gateway::LogUsageSink sink(devnull);
+  gateway::GatewayOptions o;
+  o.policy = f.policy;
+  auto gw = gateway::Gateway::Create({.directory = &dir, .authenticate = keys.AsAuthenticator(), .usage = &sink}, o);
+  if (!gw.ok()) {
+    std::fprintf(stderr, "error: gateway: %s\n", gw.status().message().c_str());
+    return 1;
+  }
+  auto gws = gateway::GatewayServer::Start(gw->get(), {.io_threads = 1, .worker_threads = 8}, 8);
+  if (!gws.ok()) {
+    std::fprintf(stderr, "error: gateway server: %s\n", gws.status().message().c_str());
+    return 1;
+  }
+
+  std::string nginx_dir, why;
+  const uint16_t nginx_port = FreePort();
+  pid_t nginx = StartNginx(f, stub_port, nginx_port, &nginx_dir, &why);
+  if (nginx == 0) std::fprintf(stderr, "nginx: skipped: %s\n", why.c_str());
+
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"Hello, who are you?"}],"max_tokens":16})";
+  auto request = [&](uint16_t port) {
+    return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+           "\r\nAuthorization: Bearer sk-bench\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  struct Target {
+    std::string name;
+    uint16_t port;
+    Result all;
+  };
+  std::vector<Target> targets = {{"direct", stub_port, {}}, {"gateway", (*gws)->port(), {}}};
+  if (nginx != 0) targets.push_back({"nginx", nginx_port, {}});
+
+  std::printf("gateway_bench: %.0f req/s, %d connections, %d rounds x %.1f s (+%.1f s warm-up) per target, policy %s, limits %s\n",
+              f.rate, f.connections, f.rounds, f.seconds, f.warmup, f.policy.c_str(), f.limits ? "on" : "off");
+  for (int r = 0; r < f.rounds; ++r) {
+    for (size_t k = 0; k < targets.size(); ++k) {  // rotate the order each round
+      Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
+      Result x = Run(t.port, request(t.port), f.rate, f.seconds, f.warmup, f.connections);
+      std::vector<double> copy = x.lat_us;
+      std::printf("  round %d %-8s n=%zu p50 %7.1f us  p99 %7.1f us  errors %lld late %lld\n", r + 1, t.name.c_str(),
+                  x.lat_us.size(), Pct(copy, 50), Pct(copy, 99), static_cast<long long>(x.errors),
+                  static_cast<long long>(x.late));
+      std::fflush(stdout);
+      t.all.lat_us.insert(t.all.lat_us.end(), x.lat_us.begin(), x.lat_us.end());
+      t.all.errors += x.errors;
+      t.all.late += x.late;
+    }
+  }
+
+  nlohmann::json out = {{"rate", f.rate}, {"seconds", f.seconds}, {"rounds", f.rounds}, {"connections", f.connections},
+                        {"policy", f.policy}, {"limits", f.limits}};
+  std::map<std::string, std::array<double, 3>> pct;
+  std::printf("\n%-8s %9s %10s %10s %10s %8s\n", "target", "requests", "p50 us", "p99 us", "p99.9 us", "errors");
+  for (Target& t : targets) {
+    std::array<double, 3> p = {Pct(t.all.lat_us, 50), Pct(t.all.lat_us, 99), Pct(t.all.lat_us, 99.9)};
+    pct[t.name] = p;
+    std::printf("%-8s %9zu %10.1f %10.1f %10.1f %8lld\n", t.name.c_str(), t.all.lat_us.size(), p[0], p[1], p[2],
+                static_cast<long long>(t.all.errors));
+    out["targets"][t.name] = {{"requests", t.all.lat_us.size()}, {"p50_us", p[0]}, {"p99_us", p[1]}, {"p999_us", p[2]},
+                              {"errors", t.all.errors}, {"late_sends", t.all.late}};
+  }
+  std::printf("\nadded latency over direct (difference of percentiles):\n");
+  for (const char* name : {"gateway", "nginx"}) {
+    if (!pct.contains(name)) continue;
+    std::array<double, 3> a;
+    for (int i = 0; i < 3; ++i) a[i] = pct[name][i] - pct["direct"][i];
+    std::printf("%-8s p50 %+8.1f us  p99 %+8.1f us  p99.9 %+8.1f us\n", name, a[0], a[1], a[2]);
+    out["added"][name] = {{"p50_us", a[0]}, {"p99_us", a[1]}, {"p999_us", a[2]}};
+  }
+  if (pct.contains("nginx")) {
+    const double g = pct["gateway"][1] - pct["direct"][1], n = pct["nginx"][1] - pct["direct"][1];
+    std::printf("gateway added p99 / nginx added p99 = %.2f (bar: <= 1.2); gateway added p99 %.0f us (bar: < 1000)\n",
+                n > 0 ? g / n : NAN, g);
+    out["ratio_p99_added"] = n > 0 ? g / n : -1;
+  }
+  if (!f.json_out.empty()) std::ofstream(f.json_out) << out.dump(2) << "\n";
+
+  if (nginx != 0) {
+    kill(nginx, SIGTERM);
+    waitpid(nginx, nullptr, 0);
+    std::filesystem::remove_all(nginx_dir);
+  }
+  (*gws)->Stop();
+  (*gw)->Stop();
+  (*stub)->Stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return Main(argc, argv); }

@@ -1,0 +1,150 @@
+// `aicloud gateway`: the OpenAI front door for engine replicas listed in an upstreams file
+// (models, replicas, tenants' limits, API keys; see docs/gateway.md).
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "gateway/config.h"
+#include "gateway/gateway.h"
+#include "store/sqlite/sqlite_store.h"
+
+namespace aicloud::cli {
+namespace {
+
+struct GatewayFlags {
+  std::string upstreams;
+  std::string listen = "127.0.0.1:8080";
+  std::string policy = "score";
+  int threads = 1;
+  int workers = 256;
+  int scrape_ms = 500;
+  int hold_queue = 64;
+  double hold_timeout_s = 30;
+  double upstream_timeout_s = 300;
+  int64_t default_max_tokens = 1024;
+  std::string usage_log = "-";
+  std::string budget_db;
+};
+
+int Fail(const Status& st) {
+  std::cerr << "error: " << st.message() << "\n";
+  return 1;
+}
+
+StatusOr<std::pair<std::string, uint16_t>> ParseListen(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon + 1 == s.size()) {
+    return InvalidArgumentError("--listen: \"" + s + "\" is not HOST:PORT");
+  }
+  std::string host = s.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = -1;
+  try {
+    size_t used = 0;
+    port = std::stoi(s.substr(colon + 1), &used);
+    if (used != s.size() - colon - 1) port = -1;
+  } catch (const std::exception&) {
+  }
+  if (port < 0 || port > 65535) return InvalidArgumentError("--listen: \"" + s + "\": bad port");
+  return std::make_pair(host.empty() ? std::string("0.0.0.0") : host, static_cast<uint16_t>(port));
+}
+
+int Run(const GatewayFlags& f) {
+  StatusOr<gateway::UpstreamsConfig> cfg = gateway::LoadUpstreams(f.upstreams);
+  if (!cfg.ok()) return Fail(cfg.status());
+  StatusOr<std::pair<std::string, uint16_t>> listen = ParseListen(f.listen);
+  if (!listen.ok()) return Fail(listen.status());
+  if (f.threads < 1) return Fail(InvalidArgumentError("--threads: must be >= 1"));
+
+  gateway::StaticDirectory directory(cfg->routes);
+  gateway::StaticKeys keys;
+  for (auto& [token, caller] : cfg->keys) {
+    if (Status s = keys.Add(token, caller); !s.ok()) return Fail(s);
+  }
+  std::unique_ptr<gateway::UsageSink> sink;
+  std::FILE* usage_file = nullptr;
+  if (f.usage_log == "none") {
+    sink = std::make_unique<gateway::NullUsageSink>();
+  } else if (f.usage_log == "-") {
+    sink = std::make_unique<gateway::LogUsageSink>(stderr);
+  } else {
+    usage_file = std::fopen(f.usage_log.c_str(), "a");
+    if (usage_file == nullptr) return Fail(InvalidArgumentError("--usage-log " + f.usage_log + ": cannot open for appending"));
+    sink = std::make_unique<gateway::LogUsageSink>(usage_file);
+  }
+  std::unique_ptr<store::sqlite::SqliteStore> store;
+  if (!f.budget_db.empty()) {
+    StatusOr<std::unique_ptr<store::sqlite::SqliteStore>> s = store::sqlite::SqliteStore::Open({.path = f.budget_db});
+    if (!s.ok()) return Fail(s.status());
+    store = std::move(*s);
+  }
+
+  gateway::GatewayOptions o;
+  o.policy = f.policy;
+  o.scrape_period = std::chrono::milliseconds(f.scrape_ms);
+  o.hold_queue_size = f.hold_queue;
+  o.hold_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.hold_timeout_s * 1000));
+  o.upstream_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.upstream_timeout_s * 1000));
+  o.default_max_tokens = f.default_max_tokens;
+  StatusOr<std::unique_ptr<gateway::Gateway>> gw = gateway::Gateway::Create(
+      {.directory = &directory, .authenticate = keys.AsAuthenticator(), .usage = sink.get(), .store = store.get()}, o);
+  if (!gw.ok()) return Fail(gw.status());
+
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  StatusOr<std::unique_ptr<gateway::GatewayServer>> server = gateway::GatewayServer::Start(
+      gw->get(), {.host = listen->first, .port = listen->second, .io_threads = f.threads, .worker_threads = f.workers},
+      f.workers);
+  if (!server.ok()) return Fail(server.status());
+  size_t replicas = 0;
+  for (const gateway::Route& r : cfg->routes) replicas += r.replicas.size();
+  std::cout << fmt::format("aicloud gateway: {} models, {} replicas, {} keys; policy {}\n", cfg->routes.size(), replicas,
+                           keys.size(), f.policy)
+            << fmt::format("aicloud gateway listening on http://{}:{}\n", listen->first, (*server)->port()) << std::flush;
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::cout << "aicloud gateway: stopping\n" << std::flush;
+  (*server)->Stop();
+  (*gw)->Stop();
+  gw->reset();
+  sink.reset();
+  if (usage_file != nullptr) std::fclose(usage_file);
+  return 0;
+}
+
+}  // namespace
+
+void AddGateway(CLI::App& app, int* exit_code) {
+  auto* f = new GatewayFlags();
+  CLI::App* cmd = app.add_subcommand("gateway", "OpenAI-compatible gateway in front of engine replicas");
+  cmd->add_option("--upstreams", f->upstreams, "YAML/JSON file: models, replicas, tenants, keys (docs/gateway.md)")
+      ->required();
+  cmd->add_option("--listen", f->listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
+  cmd->add_option("--policy", f->policy, "routing: score (GIE weights), least-request, round-robin, prefix")
+      ->capture_default_str();
+  cmd->add_option("--threads", f->threads, "I/O threads")->capture_default_str();
+  cmd->add_option("--workers", f->workers, "handler threads (one per request in flight)")->capture_default_str();
+  cmd->add_option("--scrape-ms", f->scrape_ms, "replica /metrics period in ms (0: off)")->capture_default_str();
+  cmd->add_option("--hold-queue", f->hold_queue, "requests held per deployment while no replica is ready")
+      ->capture_default_str();
+  cmd->add_option("--hold-timeout", f->hold_timeout_s, "seconds a held request waits before 503")->capture_default_str();
+  cmd->add_option("--upstream-timeout", f->upstream_timeout_s, "seconds to the answer's head, and between chunks")
+      ->capture_default_str();
+  cmd->add_option("--default-max-tokens", f->default_max_tokens,
+                  "max_tokens assumed (and sent, for budgeted keys) when a request has none")
+      ->capture_default_str();
+  cmd->add_option("--usage-log", f->usage_log, "usage records as JSON lines: - (stderr), a file, or none")
+      ->capture_default_str();
+  cmd->add_option("--budget-db", f->budget_db, "SQLite file keeping budget spend across restarts (default: memory)");
+  cmd->callback([f, exit_code] { *exit_code = Run(*f); });
+}
+
+}  // namespace aicloud::cli
