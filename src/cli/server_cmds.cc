@@ -12,6 +12,7 @@
 #include "agent/gpu_discovery.h"
 #include "agent/node_info.h"
 #include "cli/commands.h"
+#include "cli/front_door.h"
 #include "control/server.h"
 #include "http/client.h"
 
@@ -70,10 +71,11 @@ StatusOr<control::ServerConfig> ToConfig(const ServerFlags& f) {
   StatusOr<std::chrono::milliseconds> grace = ParseDuration(f.node_grace);
   if (!grace.ok()) return grace.status();
   if (f.port < 0 || f.port > 65535) return InvalidArgumentError("--port: must be 0..65535");
+  // 64 workers: the OpenAI front door holds a worker per request it holds or streams.
   return control::ServerConfig{.data_dir = f.data_dir, .host = f.host, .port = static_cast<uint16_t>(f.port),
                                .tls_cert_file = f.tls_cert, .tls_key_file = f.tls_key,
                                .tls_client_ca_file = f.tls_client_ca, .node_grace = *grace,
-                               .policy = f.policy};
+                               .policy = f.policy, .worker_threads = 64};
 }
 
 void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
@@ -104,6 +106,9 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
   StatusOr<control::ServerConfig> cfg = ToConfig(sf);
   if (!cfg.ok()) return Fail(cfg.status());
   cfg->node_grace = std::min(cfg->node_grace, std::chrono::milliseconds(10000));
+  FrontDoor door;
+  cfg->front_door = door.Factory();
+  cfg->front_door_stop = [&door] { door.Stop(); };
   StatusOr<std::unique_ptr<control::ApiServer>> server = control::ApiServer::Start(*cfg);
   if (!server.ok()) return Fail(server.status());
   control::ApiServer& s = **server;
@@ -192,7 +197,8 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
     }
   }
   std::cout << "aicloud up: ready. Try: aicloud get nodes; aicloud apply -f examples/job.yaml; "
-               "aicloud get jobs. Ctrl-C stops.\n";
+               "aicloud get jobs. Ctrl-C stops.\n"
+            << std::flush;
   WaitForSignal();
   std::cout << "aicloud up: stopping\n";
   agents.clear();
@@ -213,6 +219,9 @@ void AddServer(CLI::App& app, int* exit_code) {
       *exit_code = Fail(cfg.status());
       return;
     }
+    FrontDoor door;
+    cfg->front_door = door.Factory();
+    cfg->front_door_stop = [&door] { door.Stop(); };
     StatusOr<std::unique_ptr<control::ApiServer>> s = control::ApiServer::Start(*cfg);
     if (!s.ok()) {
       *exit_code = Fail(s.status());

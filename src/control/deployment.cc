@@ -201,7 +201,7 @@ json ReplicaJob(const DeploymentSpec& spec, const std::string& tenant, const std
   json job_spec = {{"command", argv},
                    {"resources", spec.resources},
                    {"restartPolicy", "OnFailure"},
-                   {"maxRetries", 1000},
+                   {"maxRetries", 100},  // the most a Job allows; failed replicas are replaced anyway
                    {"priority", spec.priority},
                    {"preemptible", false},
                    {"terminationGraceSeconds", 10}};

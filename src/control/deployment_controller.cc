@@ -20,7 +20,7 @@ std::string NowRfc3339() {
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-{}T%H:%M:%SZ", &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
 
@@ -149,6 +149,7 @@ void DeploymentController::NoteRequests(const std::string& tenant, const std::st
     ++s.arrivals;
     wake = held > 0 && s.held == 0;
     s.held = std::max(0, held);
+    if (held > 0) s.held_at_us = s.last_activity_us;
     if (wake) wake_ = true;
   }
   if (wake) cv_.notify_all();
@@ -228,9 +229,20 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     ReplicaProbe probe;
   };
   std::vector<Replica> current;
+  std::string invalid;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const State& s = states_[key];
+    if (s.invalid_revision == revision) invalid = s.invalid_reason;
+  }
   for (const json& j : replicas) {
     Replica r{j, NameOf(j), Label(j, kRevisionLabel), "", false, Terminal(PhaseOf(j)), {}};
     if (r.terminal) {
+      const json& st = j.value("status", json::object());
+      if (st.value("reason", std::string()) == "InvalidSpec" && r.revision == revision) {
+        // The job controller refused the replica's spec: recreating it would fail the same way.
+        invalid = "replica spec refused: " + st.value("message", std::string());
+      }
       if (store_->Delete({"Job", tenant, r.name}, 0).ok()) *jobs_changed = true;
       continue;
     }
@@ -274,6 +286,10 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       s.min = spec->min_replicas;
       s.max = spec->max_replicas;
     }
+    if (in_flight > 0) s.last_activity_us = now_us;  // requests being served count as activity
+    // The gateway says when requests start waiting, not when they stop: the hint ends once a
+    // replica is ready (they were forwarded) or after a minute (they timed out).
+    if (ready > 0 || now_us - s.held_at_us > 60'000'000) s.held = 0;
     held = s.held;
     last_activity_us = s.last_activity_us;
   }
@@ -341,10 +357,17 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     for (const Replica& r : current) n += (!r.terminal && r.ready) ? 1 : 0;
     return n;
   };
+  if (!invalid.empty()) {
+    std::lock_guard<std::mutex> l(mu_);
+    State& s = states_[key];
+    if (s.invalid_revision != revision) spdlog::warn("deployment {}: {}", key, invalid);
+    s.invalid_revision = revision;
+    s.invalid_reason = invalid;
+  }
   int fresh_n = static_cast<int>(fresh.size());
   const int old_n = static_cast<int>(old.size());
   // With old replicas still up, at most desired + maxSurge replicas exist at once.
-  while (fresh_n < desired && fresh_n + old_n < desired + (old_n > 0 ? spec->max_surge : 0)) {
+  while (invalid.empty() && fresh_n < desired && fresh_n + old_n < desired + (old_n > 0 ? spec->max_surge : 0)) {
     const int port = NextPort(used_ports);
     if (port < 0) {
       spdlog::warn("deployment {}: no free replica port in [{}, {})", key, options_.port_base,
@@ -402,6 +425,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
                  {"revision", revision},
                  {"endpoints", endpoints},
                  {"lastScale", {{"reason", snapshot_state.reason}, {"at", snapshot_state.last_scale_at}}}};
+  if (!invalid.empty()) status["error"] = invalid;
   if (deployment.value("status", json()) != status) {
     json updated = deployment;
     updated["status"] = status;

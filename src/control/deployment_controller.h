@@ -14,7 +14,8 @@
 // 2. The autoscaler (fleet: ours, hpa, kpa or aibrix) recommends a count within
 //    spec.replicas {min, max}. Requests held at the gateway for a deployment with no ready
 //    replica raise it to at least 1 (scale from zero); with min 0, a deployment with no
-//    requests for spec.scaleToZeroSeconds and nothing in flight goes to 0.
+//    requests for spec.scaleToZeroSeconds (neither noted by the gateway nor in flight on a
+//    replica) goes to 0.
 // 3. Replica jobs are created or deleted toward that count. Replicas of an older revision
 //    (spec template hash) are replaced one by one: new ones are created up to desired +
 //    maxSurge, an old one is deleted only while ready replicas stay >= desired - maxUnavailable.
@@ -112,10 +113,12 @@ class DeploymentController {
     int min = -1, max = -1;
     int64_t last_activity_us = 0;
     int held = 0;
+    int64_t held_at_us = 0;
     int64_t arrivals = 0;
     int desired = -1;
     std::string reason;
     std::string last_scale_at;
+    std::string invalid_revision, invalid_reason;  // a revision whose replicas are refused
   };
 
   void Loop();

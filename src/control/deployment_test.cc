@@ -1,5 +1,6 @@
 #include "control/deployment.h"
 #include "control/deployment_controller.h"
+#include "control/job.h"
 
 #include <gtest/gtest.h>
 
@@ -83,6 +84,8 @@ TEST(DeploymentSpec, ReplicaJobRunsTheEngineAndRevisionTracksTheTemplate) {
   EXPECT_EQ(after("--lora"), "sql=/a/sql");
   EXPECT_EQ(after("--max-num-seqs"), "32");
   EXPECT_EQ(job["spec"]["restartPolicy"], "OnFailure");
+  StatusOr<JobSpec> as_job = ParseJobSpec(job["spec"]);  // the job controller must accept it
+  EXPECT_TRUE(as_job.ok()) << as_job.status();
   EXPECT_EQ(job["spec"]["pool"], "interactive");
   EXPECT_EQ(job["spec"]["resources"]["cpu"], "2");
 

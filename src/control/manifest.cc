@@ -350,6 +350,10 @@ const S& TenantSpec() {
       {"requireLimits", T::kBool},
       {"quota", T::kObject, false,
        {{"gpus", T::kInt}, {"gpusSoft", T::kInt}, {"cpuMillis", T::kInt}}},
+      // Gateway limits shared by the tenant's keys (0 or absent: none).
+      {"serving", T::kObject, false,
+       {{"rpm", T::kInt}, {"tpm", T::kInt}, {"budgetTokens", T::kInt}, {"budgetCost", T::kNumber},
+        {"budgetPeriodSeconds", T::kInt}}},
   };
   return s;
 }
@@ -399,6 +403,7 @@ const S& NodeSpec() {
       {"pool", T::kString},
       {"unschedulable", T::kBool},
       {"hostname", T::kString},
+      {"address", T::kString},  // where other machines reach this node (deployment replicas)
   };
   return s;
 }

@@ -25,6 +25,18 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
       s->store_.get(), &s->clock_, &s->metrics_,
       ControlOptions{.data_dir = config.data_dir, .node_grace = config.node_grace, .policy = config.policy});
   AICLOUD_RETURN_IF_ERROR(s->control_->Start());
+  std::string engine = config.engine_binary;
+  if (engine.empty()) {
+    std::error_code self_ec;
+    engine = std::filesystem::read_symlink("/proc/self/exe", self_ec).string();
+    if (self_ec) return InternalError("cannot find this executable for deployment replicas: " + self_ec.message());
+  }
+  ControlPlane* cp = s->control_.get();
+  s->deployments_ = std::make_unique<DeploymentController>(
+      s->store_.get(), &s->clock_, &s->metrics_,
+      DeploymentControllerOptions{.engine_binary = engine, .tick = config.deployment_tick}, nullptr,
+      [cp] { cp->Wake(); });
+  AICLOUD_RETURN_IF_ERROR(s->deployments_->Start());
   s->api_ = std::make_unique<Api>(s->store_.get(), s->auth_.get(), s->audit_.get(), s->control_.get(),
                                   &s->metrics_);
   http::ServerOptions ho;
@@ -35,8 +47,16 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   ho.tls_key_file = config.tls_key_file;
   ho.tls_client_ca_file = config.tls_client_ca_file;
   Api* api = s->api_.get();
-  StatusOr<std::unique_ptr<http::Server>> h =
-      http::Server::Start(ho, [api](http::Request& r) { return api->Handle(r); });
+  http::Handler front;
+  if (config.front_door) {
+    StatusOr<http::Handler> f = config.front_door(*s);
+    if (!f.ok()) return f.status();
+    front = std::move(*f);
+  }
+  StatusOr<std::unique_ptr<http::Server>> h = http::Server::Start(ho, [api, front](http::Request& r) {
+    if (front && r.path.rfind("/v1/", 0) == 0) return front(r);
+    return api->Handle(r);
+  });
   if (!h.ok()) return h.status();
   s->http_ = std::move(*h);
   s->api_->SetReady(true);
@@ -47,6 +67,8 @@ ApiServer::~ApiServer() { Stop(); }
 
 void ApiServer::Stop() {
   if (http_) http_->Stop();
+  if (config_.front_door_stop) config_.front_door_stop();
+  if (deployments_) deployments_->Stop();
   if (control_) control_->Stop();
 }
 

@@ -1,6 +1,8 @@
 // ApiServer: everything `aicloud server` runs, in one object — the SQLite store in a data dir,
-// auth (bootstrap, keys, RBAC) and the audit log, the control plane with the scheduler, and the
-// HTTP API. `aicloud up` and the end-to-end tests run it in-process.
+// auth (bootstrap, keys, RBAC) and the audit log, the control plane with the scheduler, the
+// deployment controller, and the HTTP API; requests under /v1/ go to the OpenAI front door the
+// caller builds (`aicloud server` plugs the gateway in there). `aicloud up` and the end-to-end
+// tests run it in-process.
 //
 //   auto s = ApiServer::Start({.data_dir = "/var/lib/aicloud", .port = 8080});
 //   if ((*s)->bootstrap_token()) std::cout << "admin token: " << *(*s)->bootstrap_token();
@@ -8,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,12 +19,16 @@
 #include "auth/auth.h"
 #include "control/api.h"
 #include "control/control_plane.h"
+#include "control/deployment_controller.h"
 #include "core/clock.h"
 #include "core/metrics.h"
+#include "http/router.h"
 #include "http/server.h"
 #include "store/store.h"
 
 namespace aicloud::control {
+
+class ApiServer;
 
 struct ServerConfig {
   std::string data_dir;
@@ -31,6 +38,16 @@ struct ServerConfig {
   std::chrono::milliseconds node_grace{40000};
   std::string policy = "bestfit";
   int worker_threads = 16;
+  // What Deployment replicas run (`<engine_binary> engine ...`); "" = this executable.
+  std::string engine_binary;
+  std::chrono::milliseconds deployment_tick{1000};
+  // Builds the handler of /v1/* (the OpenAI front door) once the store, auth and controllers
+  // exist; unset = /v1/* answers 404. Its handler may block (held and streamed requests), so
+  // worker_threads should be large enough.
+  std::function<StatusOr<http::Handler>(ApiServer&)> front_door;
+  // Called by Stop() once HTTP has stopped and before the controllers do (the front door's
+  // threads read the deployment controller).
+  std::function<void()> front_door_stop;
 };
 
 class ApiServer {
@@ -47,6 +64,9 @@ class ApiServer {
   store::Store* store() { return store_.get(); }
   auth::AuthService* auth() { return auth_.get(); }
   ControlPlane* control() { return control_.get(); }
+  DeploymentController* deployments() { return deployments_.get(); }
+  Metrics* metrics() { return &metrics_; }
+  Clock* clock() { return &clock_; }
   auth::AuditLog* audit() { return audit_.get(); }
 
  private:
@@ -59,6 +79,7 @@ class ApiServer {
   std::unique_ptr<auth::AuthService> auth_;
   std::unique_ptr<auth::AuditLog> audit_;
   std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<DeploymentController> deployments_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<http::Server> http_;
   std::optional<std::string> bootstrap_token_;

@@ -414,6 +414,13 @@ void Engine::Step() {
   }
   generation_tokens_total_->Inc({name}, static_cast<double>(events->size()));
   for (const RequestOutput& out : *events) Deliver(out);
+  // Publish the state after this step too: when it was the last one, the loop goes idle and the
+  // gauges must not keep showing the requests that just finished (autoscalers read them).
+  const SchedulerStats after = scheduler_->Stats();
+  running_gauge_.store(after.num_running);
+  waiting_gauge_.store(after.num_waiting);
+  kv_usage_.store(after.kv.usage);
+  UpdateLoraInfo(after);
 }
 
 void Engine::Deliver(const RequestOutput& out) {

@@ -1,0 +1,210 @@
+#include "cli/front_door.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "gateway/access.h"
+#include "gateway/directory.h"
+#include "gateway/gateway.h"
+#include "gateway/usage.h"
+
+namespace aicloud::cli {
+namespace {
+
+using nlohmann::json;
+
+// The gateway's view of the server's Deployments: refreshed from the controller's routes every
+// 100 ms (and at once when asked), published as immutable snapshots. Route::deployment is
+// "tenant/name", so two tenants' deployments never share gateway state.
+class DeploymentDirectory final : public gateway::Directory {
+ public:
+  explicit DeploymentDirectory(control::DeploymentController* dc) : dc_(dc) {
+    Refresh();
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~DeploymentDirectory() override { Stop(); }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(loop_mu_);
+      stop_ = true;
+    }
+    loop_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::shared_ptr<const gateway::Route> Lookup(std::string_view model) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = by_model_.find(std::string(model));
+    return it == by_model_.end() ? nullptr : it->second;
+  }
+  std::vector<std::shared_ptr<const gateway::Route>> List() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return list_;
+  }
+  void WantReplicas(std::string_view deployment, int n) override {
+    const size_t slash = deployment.find('/');
+    if (slash == std::string_view::npos) return;
+    dc_->NoteRequests(std::string(deployment.substr(0, slash)), std::string(deployment.substr(slash + 1)), n);
+    loop_cv_.notify_all();  // pick up the new replica as soon as the controller makes it ready
+  }
+  uint64_t Version() const override { return notifier_.Version(); }
+  uint64_t WaitForChange(uint64_t seen, std::chrono::milliseconds timeout) override {
+    return notifier_.WaitForChange(seen, timeout);
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> l(loop_mu_);
+    while (!stop_) {
+      loop_cv_.wait_for(l, std::chrono::milliseconds(100));
+      if (stop_) break;
+      l.unlock();
+      Refresh();
+      l.lock();
+    }
+  }
+
+  void Refresh() {
+    std::vector<std::shared_ptr<const gateway::Route>> list;
+    std::map<std::string, std::shared_ptr<const gateway::Route>> by_model;
+    std::string fingerprint;
+    for (const control::ServingRoute& r : dc_->Routes()) {
+      auto route = std::make_shared<gateway::Route>();
+      route->deployment = r.tenant + "/" + r.deployment;
+      route->tenant = r.tenant;
+      route->model = r.model;
+      route->base_model = r.model;
+      route->adapters = r.adapters;
+      route->max_adapters = std::max<int>(4, static_cast<int>(r.adapters.size()));
+      fingerprint += route->deployment + "|" + r.model + "|";
+      for (const std::string& a : r.adapters) fingerprint += a + ",";
+      for (const control::ServingEndpoint& e : r.endpoints) {
+        std::string url = e.url;
+        if (url.rfind("http://", 0) == 0) url = url.substr(7);
+        route->replicas.push_back({e.replica, url, e.ready});
+        fingerprint += e.replica + "@" + url + (e.ready ? "+" : "-");
+      }
+      fingerprint += "\n";
+      // First deployment to claim a name keeps it (model names are one namespace).
+      by_model.emplace(route->model, route);
+      for (const std::string& a : route->adapters) by_model.emplace(a, route);
+      list.push_back(std::move(route));
+    }
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (fingerprint != fingerprint_) {
+        fingerprint_ = std::move(fingerprint);
+        list_ = std::move(list);
+        by_model_ = std::move(by_model);
+        changed = true;
+      }
+    }
+    if (changed) notifier_.Bump();
+  }
+
+  control::DeploymentController* dc_;
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<const gateway::Route>> list_;
+  std::map<std::string, std::shared_ptr<const gateway::Route>> by_model_;
+  std::string fingerprint_;
+  gateway::DirectoryNotifier notifier_;
+  std::mutex loop_mu_;
+  std::condition_variable loop_cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Tenants' gateway limits (Tenant spec.serving), read from the store at most once a second.
+class TenantLimits {
+ public:
+  explicit TenantLimits(store::Store* store) : store_(store) {}
+
+  gateway::Limits For(const std::string& tenant) {
+    std::lock_guard<std::mutex> l(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - loaded_ > std::chrono::seconds(1)) {
+      loaded_ = now;
+      limits_.clear();
+      StatusOr<store::ListResult> all = store_->List({.kind = "Tenant"});
+      if (all.ok()) {
+        for (const json& t : all->items) {
+          const json& s = t.value("spec", json::object()).value("serving", json::object());
+          gateway::Limits lim;
+          lim.rpm = s.value("rpm", int64_t{0});
+          lim.tpm = s.value("tpm", int64_t{0});
+          lim.budget_tokens = s.value("budgetTokens", int64_t{0});
+          lim.budget_cost = s.value("budgetCost", 0.0);
+          lim.budget_period_s = s.value("budgetPeriodSeconds", int64_t{0});
+          limits_[t["metadata"].value("name", std::string())] = lim;
+        }
+      }
+    }
+    auto it = limits_.find(tenant);
+    return it == limits_.end() ? gateway::Limits{} : it->second;
+  }
+
+ private:
+  store::Store* store_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point loaded_{};
+  std::map<std::string, gateway::Limits> limits_;
+};
+
+}  // namespace
+
+struct FrontDoor::Impl {
+  std::unique_ptr<DeploymentDirectory> directory;
+  std::unique_ptr<TenantLimits> limits;
+  gateway::LogUsageSink usage;
+  std::unique_ptr<gateway::Gateway> gateway;
+};
+
+FrontDoor::FrontDoor() : impl_(std::make_unique<Impl>()) {}
+FrontDoor::~FrontDoor() { Stop(); }
+
+void FrontDoor::Stop() {
+  if (impl_->gateway) impl_->gateway->Stop();
+  if (impl_->directory) impl_->directory->Stop();
+}
+
+std::function<StatusOr<http::Handler>(control::ApiServer&)> FrontDoor::Factory() {
+  Impl* impl = impl_.get();
+  return [impl](control::ApiServer& s) -> StatusOr<http::Handler> {
+    impl->directory = std::make_unique<DeploymentDirectory>(s.deployments());
+    impl->limits = std::make_unique<TenantLimits>(s.store());
+    auth::AuthService* auth = s.auth();
+    TenantLimits* limits = impl->limits.get();
+    // API keys of the server: a key restricted to a tenant calls that tenant's models (under the
+    // tenant's limits); an unrestricted key that may read deployments everywhere calls any.
+    gateway::Authenticator authenticate = [auth, limits](std::string_view authorization) -> StatusOr<gateway::Caller> {
+      StatusOr<auth::Principal> who = auth->Authenticate(authorization);
+      if (!who.ok()) return who.status();
+      gateway::Caller c;
+      c.key_id = who->key_id;
+      if (who->key_tenant) {
+        c.tenant = *who->key_tenant;
+        c.tenant_limits = limits->For(c.tenant);
+      } else if (auth->Authorize(*who, "get", "deployments", "").allowed) {
+        c.models = {"*"};
+      }
+      return c;
+    };
+    StatusOr<std::unique_ptr<gateway::Gateway>> g = gateway::Gateway::Create(
+        {.directory = impl->directory.get(), .authenticate = authenticate, .usage = &impl->usage,
+         .store = s.store(), .clock = nullptr},
+        {});
+    if (!g.ok()) return g.status();
+    impl->gateway = std::move(*g);
+    auto router = std::make_shared<http::Router>();
+    impl->gateway->AddRoutes(router.get());
+    return http::Handler([router](http::Request& r) { return router->Dispatch(r); });
+  };
+}
+
+}  // namespace aicloud::cli

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# End-to-end test of serving a Deployment through the server's OpenAI front door: `aicloud up`
+# (server + one simulated node whose jobs are real processes), a small random-weight model, a
+# Deployment with min 0 replicas, tenant API keys.
+# Usage: tests/e2e_deploy.sh path/to/aicloud   (run from the repository root by ctest)
+# Checks: a chat request with a tenant key is held while a replica starts (scale from zero) and
+# its answer streams back; /v1/models shows a key only its tenant's models; another tenant's key
+# gets 403 (an unknown key 401); a tenant over its token budget gets 429 and
+# concurrent requests never spend past the budget; idleness scales the deployment to zero.
+# Needs curl, jq, xargs. Prints PASS/FAIL lines; exits 1 when a check failed.
+set -u
+bin=$(realpath "${1:?usage: tests/e2e_deploy.sh path/to/aicloud}")
+for tool in curl jq xargs; do
+  command -v "$tool" >/dev/null || { echo "FAIL prerequisites: $tool not found"; exit 1; }
+done
+tmp=$(mktemp -d /tmp/aicloud-deploy.XXXXXX)
+up_pid=
+cleanup() {
+  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.1; done
+  [ -n "$up_pid" ] && kill -KILL "$up_pid" 2>/dev/null
+  pkill -KILL -f "engine --model $tmp/tiny" 2>/dev/null
+  wait 2>/dev/null
+  if [ "${E2E_KEEP:-0}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap 'cleanup 2>/dev/null' EXIT
+trap 'exit 1' INT TERM
+export AICLOUD_CONFIG=$tmp/admin.json
+failed=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failed=1; }
+wait_until() {  # wait_until SECONDS CMD...
+  local end=$((SECONDS + $1)); shift
+  while :; do "$@" && return 0; [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
+}
+
+"$bin" model init --arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 \
+  --vocab-from data/tokenizers/gpt2/tokenizer.json --out "$tmp/tiny" --dtype f16 --seed 3 >"$tmp/init.log" 2>&1 \
+  || { fail model-init "$(cat "$tmp/init.log")"; exit 1; }
+
+"$bin" up --data-dir "$tmp/up" --port 0 --sim-nodes 1 >"$tmp/up.log" 2>&1 &
+up_pid=$!
+wait_until 30 grep -q "aicloud up: ready" "$tmp/up.log" || { fail up "$(tail -5 "$tmp/up.log")"; exit 1; }
+url=$(jq -r .server "$AICLOUD_CONFIG")
+pass "up ($url)"
+
+cat >"$tmp/setup.yaml" <<EOF
+apiVersion: aicloud/v1
+kind: Tenant
+metadata: {name: acme}
+spec: {displayName: Acme}
+---
+apiVersion: aicloud/v1
+kind: Tenant
+metadata: {name: other}
+---
+apiVersion: aicloud/v1
+kind: Tenant
+metadata: {name: lean}
+spec: {serving: {budgetTokens: 400}}
+---
+apiVersion: aicloud/v1
+kind: Deployment
+metadata: {name: chat, tenant: acme}
+spec:
+  model: $tmp/tiny
+  replicas: {min: 0, max: 2}
+  profile: latency
+  scaleToZeroSeconds: 15
+  autoscaler: {policy: kpa}
+  resources: {cpu: "1", memory: 1Gi}
+  engine: {threads: 1, kvCacheGiB: 0.05}
+---
+apiVersion: aicloud/v1
+kind: Deployment
+metadata: {name: mini, tenant: lean}
+spec:
+  model: $tmp/tiny
+  replicas: {min: 1, max: 1}
+  resources: {cpu: "1", memory: 1Gi}
+  engine: {threads: 1, kvCacheGiB: 0.05}
+EOF
+"$bin" apply -f "$tmp/setup.yaml" >"$tmp/apply.log" 2>&1 || { fail apply "$(cat "$tmp/apply.log")"; exit 1; }
+acme=$("$bin" key create --user admin -t acme 2>/dev/null)
+other=$("$bin" key create --user admin -t other 2>/dev/null)
+lean=$("$bin" key create --user admin -t lean 2>/dev/null)
+[ -n "$acme" ] && [ -n "$other" ] && [ -n "$lean" ] && pass keys || { fail keys "key create failed"; exit 1; }
+
+dep_field() { "$bin" get deployment "$1" -t "$2" -o json 2>/dev/null | jq -r "$3"; }
+# A deployment is routable once the controller has seen it (status written, within a tick).
+wait_until 20 sh -c "[ \"\$('$bin' get deployment chat -t acme -o json 2>/dev/null | jq -r .status.revision)\" != null ]" \
+  || { fail routable "$("$bin" get deployment chat -t acme -o json 2>&1 | head -c 300)"; exit 1; }
+chat() {  # chat KEY MODEL MAX_TOKENS [stream]
+  curl -sS -m 120 -w '\n%{http_code}' "$url/v1/chat/completions" -H "Authorization: Bearer $1" \
+    -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$2\",\"max_tokens\":$3,\"stream\":${4:-false},\"messages\":[{\"role\":\"user\",\"content\":\"hello there\"}]}"
+}
+
+# 1. Scale from zero: no replica yet; the request is held, a replica starts, the answer streams.
+c=scale-from-zero
+[ "$(dep_field chat acme '.status.replicas // 0')" = 0 ] || fail $c "replicas before the first request: $(dep_field chat acme .status)"
+t0=$SECONDS
+out=$(chat "$acme" chat 16 true)
+code=$(tail -1 <<<"$out")
+chunks=$(grep -c '^data: {' <<<"$out")
+if [ "$code" = 200 ] && [ "$chunks" -ge 2 ] && grep -q '^data: \[DONE\]' <<<"$out"; then
+  pass "$c (held $((SECONDS - t0)) s, $chunks SSE chunks)"
+else
+  fail $c "HTTP $code, $chunks chunks: $(head -c 400 <<<"$out")"
+fi
+[ "$(dep_field chat acme .status.readyReplicas)" -ge 1 ] 2>/dev/null && pass replica-ready || fail replica-ready "$(dep_field chat acme .status)"
+
+# 2. RBAC: models listed per tenant; another tenant's key is refused.
+c=models-per-tenant
+m_acme=$(curl -sS "$url/v1/models" -H "Authorization: Bearer $acme" | jq -r '[.data[].id] | join(",")')
+m_other=$(curl -sS "$url/v1/models" -H "Authorization: Bearer $other" | jq -r '[.data[].id] | join(",")')
+[ "$m_acme" = chat ] && [ -z "$m_other" ] && pass $c || fail $c "acme sees '$m_acme', other sees '$m_other'"
+c=other-tenant-403
+code=$(chat "$other" chat 4 | tail -1)
+[ "$code" = 403 ] && pass $c || fail $c "HTTP $code"
+c=bad-key-401
+code=$(chat "aic_000000000000_deadbeef" chat 4 | tail -1)
+[ "$code" = 401 ] && pass $c || fail $c "HTTP $code"
+
+# 4. Budget: tenant lean may spend 400 tokens; 60 concurrent requests of up to 30 tokens each.
+c=budget-concurrent
+wait_until 60 sh -c "[ \"\$('$bin' get deployment mini -t lean -o json 2>/dev/null | jq -r .status.readyReplicas)\" = 1 ]" \
+  || fail $c "mini never became ready"
+seq 60 | xargs -P 60 -I{} sh -c "curl -sS -m 120 -o $tmp/b{}.json -w '%{http_code}\n' '$url/v1/chat/completions' -H 'Authorization: Bearer $lean' -H 'Content-Type: application/json' -d '{\"model\":\"mini\",\"max_tokens\":30,\"messages\":[{\"role\":\"user\",\"content\":\"x {}\"}]}'" >"$tmp/codes.txt"
+ok=$(grep -c '^200$' "$tmp/codes.txt")
+limited=$(grep -c '^429$' "$tmp/codes.txt")
+spent=$(cat "$tmp"/b*.json 2>/dev/null | jq -s '[.[] | select(.usage) | .usage.total_tokens] | add // 0')
+if [ "$ok" -ge 1 ] && [ "$limited" -ge 1 ] && [ "$spent" -le 400 ]; then
+  pass "$c ($ok answered, $limited refused with 429, $spent of 400 tokens spent)"
+else
+  fail $c "$ok answered, $limited limited, $spent tokens spent; codes: $(sort "$tmp/codes.txt" | uniq -c | tr '\n' ' ')"
+fi
+msg=$(cat "$tmp"/b*.json | jq -r 'select(.error) | .error.message' | head -1)
+grep -qi budget <<<"$msg" && pass budget-message || fail budget-message "'$msg'"
+
+# 5. Idle: back to zero after scaleToZeroSeconds without requests.
+c=idle-to-zero
+if wait_until 90 sh -c "[ \"\$('$bin' get deployment chat -t acme -o json 2>/dev/null | jq -r .status.replicas)\" = 0 ]"; then
+  pass "$c ($(dep_field chat acme .status.lastScale.reason))"
+else
+  fail $c "$(dep_field chat acme .status)"
+fi
+
+[ $failed = 0 ] && echo "e2e_deploy: all checks passed" || { echo "e2e_deploy: FAILED"; tail -30 "$tmp/up.log"; }
+exit $failed
