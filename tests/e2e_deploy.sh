@@ -5,7 +5,8 @@
 # Usage: tests/e2e_deploy.sh path/to/aicloud   (run from the repository root by ctest)
 # Checks: a chat request with a tenant key is held while a replica starts (scale from zero) and
 # its answer streams back; /v1/models shows a key only its tenant's models; another tenant's key
-# gets 403 (an unknown key 401); a tenant over its token budget gets 429 and
+# gets 403 (an unknown key 401); a canary revision gets its weight's share of requests and
+# `aicloud rollout undo` retires it; a tenant over its token budget gets 429 and
 # concurrent requests never spend past the budget; idleness scales the deployment to zero.
 # Needs curl, jq, xargs. Prints PASS/FAIL lines; exits 1 when a check failed.
 set -u
@@ -121,6 +122,60 @@ code=$(chat "$other" chat 4 | tail -1)
 c=bad-key-401
 code=$(chat "aic_000000000000_deadbeef" chat 4 | tail -1)
 [ "$code" = 401 ] && pass $c || fail $c "HTTP $code"
+
+# 3. Canary: a new revision of chat at weight 50 runs beside the stable one and gets every
+# second request; `aicloud rollout undo` retires it. Requests keep chat from idling meanwhile.
+c=canary
+stable=$(dep_field chat acme .status.revision)
+cat >"$tmp/canary.yaml" <<EOF
+apiVersion: aicloud/v1
+kind: Deployment
+metadata: {name: chat, tenant: acme}
+spec:
+  model: $tmp/tiny
+  replicas: {min: 0, max: 2}
+  profile: latency
+  scaleToZeroSeconds: 15
+  autoscaler: {policy: kpa}
+  resources: {cpu: "1", memory: 1Gi}
+  engine: {threads: 1, kvCacheGiB: 0.06}
+  strategy: {type: Canary, canaryWeight: 50}
+EOF
+"$bin" apply -f "$tmp/canary.yaml" >"$tmp/apply-canary.log" 2>&1 || fail $c "apply: $(cat "$tmp/apply-canary.log")"
+warm_and() {  # warm_and JQ_TEST: one request to chat, then the status test
+  chat "$acme" chat 2 >/dev/null
+  [ "$(dep_field chat acme "$1")" = true ]
+}
+if wait_until 90 warm_and '(.status.canary.readyReplicas // 0) >= 1 and .status.readyReplicas >= 2'; then
+  canary_rev=$(dep_field chat acme .status.canary.revision)
+  sleep 1  # the front door refreshes its routes every 100 ms
+  : >"$tmp/canary-replicas.txt"
+  for i in $(seq 10); do
+    curl -sS -m 60 -o /dev/null -D - "$url/v1/chat/completions" -H "Authorization: Bearer $acme" \
+      -H 'Content-Type: application/json' -d '{"model":"chat","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}' \
+      | tr -d '\r' | awk -F': ' 'tolower($1)=="x-aicloud-replica"{print $2}' >>"$tmp/canary-replicas.txt"
+  done
+  to_canary=$(grep -c -- "-$canary_rev-" "$tmp/canary-replicas.txt")
+  to_stable=$(grep -c -- "-$stable-" "$tmp/canary-replicas.txt")
+  if [ "$to_canary" = 5 ] && [ "$to_stable" = 5 ]; then
+    pass "$c (revision $canary_rev beside $stable: $to_canary and $to_stable of 10 requests)"
+  else
+    fail $c "canary $canary_rev got $to_canary, stable $stable got $to_stable: $(sort "$tmp/canary-replicas.txt" | uniq -c | tr '\n' ' ')"
+  fi
+  c=rollout-undo
+  out=$("$bin" rollout undo chat -t acme 2>&1)
+  if grep -q "rolled back to revision $stable" <<<"$out" &&
+     wait_until 60 warm_and "(.status.canary == null) and .status.revision == \"$stable\" and ([.status.endpoints[].revision] | all(. == \"$stable\"))"; then
+    pass "$c ($out; canary replicas retired)"
+  else
+    fail $c "$out; status: $(dep_field chat acme '.status | del(.history)')"
+  fi
+  "$bin" rollout history chat -t acme >"$tmp/history.txt" 2>&1
+  grep -q "$canary_rev" "$tmp/history.txt" && grep -q "$stable.*current" "$tmp/history.txt" && pass rollout-history \
+    || fail rollout-history "$(cat "$tmp/history.txt")"
+else
+  fail $c "the canary never became ready: $(dep_field chat acme '.status | del(.history)')"
+fi
 
 # 4. Budget: tenant lean may spend 400 tokens; 60 concurrent requests of up to 30 tokens each.
 c=budget-concurrent

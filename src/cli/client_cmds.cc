@@ -1,5 +1,5 @@
-// Client verbs of `aicloud`: login, apply, get, describe, delete, logs, cancel, cordon, uncordon,
-// drain, usage, audit, key, whoami. They speak the REST API (docs/api.md) with the credentials
+// Client verbs of `aicloud`: login, apply, get, describe, delete, rollout, logs, cancel, cordon,
+// uncordon, drain, usage, audit, key, whoami. They speak the REST API (docs/api.md) with the credentials
 // saved by `aicloud login` (or `aicloud up`) in $AICLOUD_CONFIG, default ~/.aicloud/config.json.
 #include <yaml-cpp/yaml.h>
 
@@ -191,6 +191,13 @@ std::vector<std::string> Row(const json& o, const std::string& kind, bool wide) 
     return {name, phase, std::to_string(gpus.size()), model, std::to_string(s.value("cpuMillis", 0) / 1000), age};
   }
   if (kind == "Tenant") return {name, s.value("sleeping", false) ? "true" : "false", age};
+  if (kind == "Deployment") {
+    const json c = st.value("canary", json());
+    std::string canary = "-";
+    if (c.is_object()) canary = c.value("revision", "") + " " + std::to_string(c.value("weight", 0)) + "%";
+    return {name, tenant, std::to_string(st.value("readyReplicas", 0)) + "/" + std::to_string(st.value("desiredReplicas", 0)),
+            st.value("revision", "-"), canary, age};
+  }
   if (kind == "Event") {
     return {age, tenant, s.value("type", ""), s.value("reason", ""),
             s.value("involvedObject", json::object()).value("name", ""), s.value("message", "")};
@@ -211,6 +218,7 @@ std::vector<std::string> Header(const std::string& kind, bool wide) {
   }
   if (kind == "Node") return {"NAME", "STATUS", "GPUS", "MODEL", "CPUS", "AGE"};
   if (kind == "Tenant") return {"NAME", "SLEEPING", "AGE"};
+  if (kind == "Deployment") return {"NAME", "TENANT", "READY", "REVISION", "CANARY", "AGE"};
   if (kind == "Event") return {"AGE", "TENANT", "TYPE", "REASON", "OBJECT", "MESSAGE"};
   if (kind == "AuditRecord") return {"SEQ", "TIME", "USER", "VERB", "RESOURCE", "TENANT", "NAME", "DECISION", "STATUS"};
   return {"NAME", "TENANT", "AGE"};
@@ -386,6 +394,100 @@ int Logs(const ClientFlags& f, const std::string& job, int worker, bool follow) 
   return 0;
 }
 
+// `rollout history|undo`: a Deployment's revisions live in its status.history (the controller
+// records each template with the spec that made it); undo writes one back as the spec.
+StatusOr<json> GetDeployment(Conn& c, const std::string& name) {
+  if (c.tenant.empty()) return InvalidArgumentError("no tenant: pass -t TENANT");
+  return Call(c, "GET", "/api/v1/tenants/" + c.tenant + "/deployments/" + name);
+}
+
+int RolloutHistory(const ClientFlags& f, const std::string& name) {
+  StatusOr<Conn> c = Connect(f);
+  if (!c.ok()) return Fail(c.status());
+  StatusOr<json> d = GetDeployment(*c, name);
+  if (!d.ok()) return Fail(d.status());
+  const json st = d->value("status", json::object());
+  const json history = st.value("history", json::array());
+  if (history.empty()) {
+    std::cout << "deployment/" << name << " has no recorded revisions yet (the controller writes them).\n";
+    return 0;
+  }
+  const std::string current = st.value("revision", ""), stable = st.value("stableRevision", "");
+  std::vector<std::vector<std::string>> rows = {{"REVISION", "CREATED", "MODEL", "STATE"}};
+  for (const json& h : history) {
+    const std::string rev = h.value("revision", "");
+    std::string state = rev == current && rev == stable ? "current"
+                        : rev == current                 ? "rolling out"
+                        : rev == stable                  ? "stable"
+                                                         : "";
+    if (rev == current && st.contains("canary")) state = "canary " + std::to_string(st["canary"].value("weight", 0)) + "%";
+    rows.push_back({rev, h.value("createdAt", ""), h.value("spec", json::object()).value("model", ""), state.empty() ? "-" : state});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
+Status RolloutUndoOnce(Conn& conn, const std::string& name, const std::string& to_revision, int* rc);
+
+int RolloutUndo(const ClientFlags& f, const std::string& name, const std::string& to_revision) {
+  StatusOr<Conn> c = Connect(f);
+  if (!c.ok()) return Fail(c.status());
+  // The controller writes status every few seconds, so the PUT can lose the race for the
+  // resource version: read again and retry.
+  for (int attempt = 0;; ++attempt) {
+    int rc = 0;
+    Status st = RolloutUndoOnce(*c, name, to_revision, &rc);
+    if (st.code() == StatusCode::kAborted && attempt < 5) continue;
+    return st.ok() ? rc : Fail(st);
+  }
+}
+
+Status RolloutUndoOnce(Conn& conn, const std::string& name, const std::string& to_revision, int* rc) {
+  Conn* c = &conn;
+  StatusOr<json> d = GetDeployment(*c, name);
+  if (!d.ok()) return d.status();
+  const json st = d->value("status", json::object());
+  const json history = st.value("history", json::array());
+  const std::string current = st.value("revision", ""), stable = st.value("stableRevision", "");
+  std::string target = to_revision;
+  if (target.empty()) {
+    if (!stable.empty() && stable != current) {
+      target = stable;  // a canary or rolling update in progress: back to what ran before it
+    } else {
+      for (size_t i = 1; i < history.size(); ++i) {
+        if (history[i].value("revision", "") == current) target = history[i - 1].value("revision", "");
+      }
+    }
+    if (target.empty()) return FailedPreconditionError("deployment/" + name + " has no earlier revision to roll back to");
+  }
+  const json* entry = nullptr;
+  std::string known;
+  for (const json& h : history) {
+    known += (known.empty() ? "" : ", ") + h.value("revision", "");
+    if (h.value("revision", "") == target) entry = &h;
+  }
+  if (entry == nullptr) {
+    return NotFoundError("revision " + target + " is not in deployment/" + name + "'s history (" +
+                         (known.empty() ? "none recorded" : known) + ")");
+  }
+  if (target == current) return FailedPreconditionError("deployment/" + name + " already runs revision " + target);
+  // The revision's template; how the deployment scales and rolls out stays as it is now.
+  json spec = entry->value("spec", json::object());
+  const json now = d->value("spec", json::object());
+  for (const char* k : {"replicas", "slo", "scaleToZeroSeconds", "autoscaler", "strategy"}) {
+    if (now.contains(k)) spec[k] = now[k];
+    else spec.erase(k);
+  }
+  json updated = *d;
+  updated["spec"] = spec;
+  updated.erase("status");
+  StatusOr<json> w = Call(*c, "PUT", "/api/v1/tenants/" + c->tenant + "/deployments/" + name, updated.dump());
+  if (!w.ok()) return w.status();
+  std::cout << "deployment/" << name << " rolled back to revision " << target << " (was " << current << ")\n";
+  *rc = 0;
+  return OkStatus();
+}
+
 }  // namespace
 
 void AddClient(CLI::App& app, int* exit_code) {
@@ -458,6 +560,20 @@ void AddClient(CLI::App& app, int* exit_code) {
     std::string tenant = c.ok() ? c->tenant : "";
     *exit_code = Simple(*flags, "DELETE", Path(*k, tenant, *name), std::string(k->plural) + "/" + *name + " deleted");
   });
+
+  auto* rollout = app.add_subcommand("rollout", "Revisions of a Deployment: history, undo");
+  rollout->require_subcommand(1);
+  auto* rhist = rollout->add_subcommand("history", "List a Deployment's recorded revisions");
+  rhist->add_option("deployment", *name, "deployment name")->required();
+  AddConnFlags(rhist, flags.get());
+  rhist->callback([=] { *exit_code = RolloutHistory(*flags, *name); });
+  auto to_revision = std::make_shared<std::string>();
+  auto* undo = rollout->add_subcommand(
+      "undo", "Roll a Deployment back: to the stable revision during a canary or rollout, else to the previous one");
+  undo->add_option("deployment", *name, "deployment name")->required();
+  undo->add_option("--to-revision", *to_revision, "a revision from `rollout history`");
+  AddConnFlags(undo, flags.get());
+  undo->callback([=] { *exit_code = RolloutUndo(*flags, *name, *to_revision); });
 
   auto worker = std::make_shared<int>(0);
   auto follow = std::make_shared<bool>(false);

@@ -86,9 +86,12 @@ class DeploymentDirectory final : public gateway::Directory {
       for (const control::ServingEndpoint& e : r.endpoints) {
         std::string url = e.url;
         if (url.rfind("http://", 0) == 0) url = url.substr(7);
-        route->replicas.push_back({e.replica, url, e.ready});
-        fingerprint += e.replica + "@" + url + (e.ready ? "+" : "-");
+        const bool canary = !r.canary_revision.empty() && e.revision == r.canary_revision;
+        route->replicas.push_back({e.replica, url, e.ready, canary});
+        fingerprint += e.replica + "@" + url + (e.ready ? "+" : "-") + (canary ? "c" : "");
       }
+      route->canary_weight = r.canary_weight;
+      fingerprint += "w" + std::to_string(r.canary_weight);
       fingerprint += "\n";
       // First deployment to claim a name keeps it (model names are one namespace).
       by_model.emplace(route->model, route);

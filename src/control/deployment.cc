@@ -164,6 +164,18 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const json& spec, const std::string
   }
   if (spec.contains("strategy")) {
     const json& s = spec["strategy"];
+    const std::string type = s.value("type", std::string("RollingUpdate"));
+    if (type != "RollingUpdate" && type != "Canary") {
+      return FieldError("spec.strategy.type", "\"" + type + "\" is not RollingUpdate or Canary");
+    }
+    d.canary = type == "Canary";
+    if (s.contains("canaryWeight")) {
+      if (!d.canary) return FieldError("spec.strategy.canaryWeight", "only with strategy.type Canary");
+      d.canary_weight = static_cast<int>(s["canaryWeight"].get<int64_t>());
+      if (d.canary_weight < 0 || d.canary_weight > 100) {
+        return FieldError("spec.strategy.canaryWeight", "must be a percentage between 0 and 100");
+      }
+    }
     d.max_surge = static_cast<int>(s.value("maxSurge", int64_t{1}));
     d.max_unavailable = static_cast<int>(s.value("maxUnavailable", int64_t{0}));
     if (d.max_surge < 0 || d.max_unavailable < 0) return FieldError("spec.strategy", "maxSurge and maxUnavailable must not be negative");

@@ -15,12 +15,19 @@
 //     lane: interactive                  # workload lane: the node pool replicas run in
 //     autoscaler: {policy: ours, targetConcurrency: 8}   # ours | hpa | kpa | aibrix
 //     engine: {threads: 2, kvCacheGiB: 1, dtype: auto, args: ["--max-model-len", "2048"]}
-//     strategy: {maxSurge: 1, maxUnavailable: 0}         # rolling update
+//     strategy: {maxSurge: 1, maxUnavailable: 0}         # rolling update (the default), or
+//     strategy: {type: Canary, canaryWeight: 10}         # new revision beside the stable one
 //     queue: serving                     # tenant queue (quota); priority: 100
 //
 // Profiles map to the engine's batch limits as the seed's table does: latency runs at most 4
 // sequences a step, balanced 32, throughput 128 (--max-num-seqs), with token budgets of 256,
 // 512 and 2048 (--max-num-batched-tokens).
+//
+// A change of what a replica runs (Template(): model, adapters, resources, engine settings) is
+// a new revision. RollingUpdate replaces the old revision's replicas one by one. Canary keeps the
+// last fully rolled-out revision (status.stableRevision) running beside the new one and the
+// gateway sends canaryWeight percent of requests to the new one; raising canaryWeight to 100
+// promotes it, `aicloud rollout undo` (spec back to the stable template) abandons it.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +62,8 @@ struct DeploymentSpec {
   std::vector<std::string> engine_args;
   int max_surge = 1;
   int max_unavailable = 0;
+  bool canary = false;    // strategy.type Canary (else RollingUpdate)
+  int canary_weight = 0;  // percent of requests for the new revision while it is a canary
   std::string queue;
   int priority = 0;
 

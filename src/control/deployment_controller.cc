@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -32,6 +33,62 @@ std::string Label(const json& object, const std::string& key) {
 
 std::string NameOf(const json& object) { return object["metadata"].value("name", std::string()); }
 std::string TenantOf(const json& object) { return object["metadata"].value("tenant", std::string()); }
+
+// status.history with `revision` last: appended with its spec when new, moved to the end when
+// an older revision comes back (a rollback). At most kHistoryLimit entries; the stable
+// revision's entry is never dropped (a canary needs it to make stable replicas).
+json RecordRevision(json history, const std::string& revision, const json& spec, const std::string& stable) {
+  if (!history.is_array()) history = json::array();
+  json entry;
+  for (auto it = history.begin(); it != history.end(); ++it) {
+    if (it->is_object() && it->value("revision", std::string()) == revision) {
+      entry = *it;
+      history.erase(it);
+      break;
+    }
+  }
+  if (entry.is_null()) entry = {{"revision", revision}, {"createdAt", NowRfc3339()}};
+  entry["spec"] = spec;  // what a rollback writes back (scaling fields included, see rollout undo)
+  history.push_back(std::move(entry));
+  for (size_t i = 0; history.size() > static_cast<size_t>(kHistoryLimit) && i < history.size();) {
+    if (history[i].value("revision", std::string()) == stable) {
+      ++i;
+    } else {
+      history.erase(history.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  return history;
+}
+
+// The stable revision's spec from history, if a canary can run beside `current`: the two must
+// serve the same model and adapter names (the gateway routes one name to both).
+std::optional<DeploymentSpec> StableSpec(const json& history, const std::string& stable, const DeploymentSpec& current,
+                                         const std::string& name, std::string* why) {
+  for (const json& h : history) {
+    if (h.value("revision", std::string()) != stable) continue;
+    StatusOr<DeploymentSpec> s = ParseDeploymentSpec(h.value("spec", json::object()), name);
+    if (!s.ok()) {
+      *why = "stable revision " + stable + ": " + std::string(s.status().message());
+      return std::nullopt;
+    }
+    std::vector<std::string> a, b;
+    for (const auto& [n, p] : s->adapters) a.push_back(n);
+    for (const auto& [n, p] : current.adapters) b.push_back(n);
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (s->served_model_name != current.served_model_name || a != b) {
+      *why = "the new revision serves other model or adapter names than stable revision " + stable;
+      return std::nullopt;
+    }
+    if (s->Revision() != stable) {
+      *why = "history entry of stable revision " + stable + " does not hash to it";
+      return std::nullopt;
+    }
+    return *s;
+  }
+  *why = "stable revision " + stable + " is not in status.history";
+  return std::nullopt;
+}
 
 bool Terminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
 
@@ -343,9 +400,36 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     snapshot_state.last_scale_at = s.last_scale_at;
   }
 
-  // 3. Converge: create toward `desired` (new revision), delete extras and old revisions.
-  std::vector<Replica*> fresh, old;
-  for (Replica& r : current) (r.revision == revision ? fresh : old).push_back(&r);
+  // 3. Converge. Which revisions run: the spec's, and during a canary also the stable one.
+  const json old_status = deployment.value("status", json::object());
+  std::string stable_rev = old_status.value("stableRevision", std::string());
+  json history = RecordRevision(old_status.value("history", json::array()), revision,
+                                deployment.value("spec", json::object()), stable_rev);
+  std::optional<DeploymentSpec> stable_spec;
+  if (spec->canary && !stable_rev.empty() && stable_rev != revision) {
+    std::string why;
+    stable_spec = StableSpec(history, stable_rev, *spec, name, &why);
+    if (!stable_spec) {
+      std::lock_guard<std::mutex> l(mu_);
+      State& s = states_[key];
+      if (s.canary_refused != revision) spdlog::warn("deployment {}: rolling update instead of a canary: {}", key, why);
+      s.canary_refused = revision;
+    }
+  }
+  int want_new = desired, want_stable = 0;
+  if (stable_spec && desired > 0) {
+    const int w = spec->canary_weight;
+    if (w <= 0) {
+      want_new = 0, want_stable = desired;
+    } else if (w < 100) {  // both sides get at least one replica
+      want_new = std::clamp(static_cast<int>(std::lround(desired * w / 100.0)), 1, std::max(1, desired - 1));
+      want_stable = std::max(1, desired - want_new);
+    }
+  }
+  std::vector<Replica*> fresh, stable, old;
+  for (Replica& r : current) {
+    (r.revision == revision ? fresh : stable_spec && r.revision == stable_rev ? stable : old).push_back(&r);
+  }
   auto remove = [&](Replica* r) {
     if (store_->Delete({"Job", tenant, r->name}, 0).ok()) {
       *jobs_changed = true;
@@ -357,6 +441,11 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     for (const Replica& r : current) n += (!r.terminal && r.ready) ? 1 : 0;
     return n;
   };
+  auto live_count = [](const std::vector<Replica*>& group) {
+    int n = 0;
+    for (const Replica* r : group) n += r->terminal ? 0 : 1;
+    return n;
+  };
   if (!invalid.empty()) {
     std::lock_guard<std::mutex> l(mu_);
     State& s = states_[key];
@@ -364,57 +453,83 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     s.invalid_revision = revision;
     s.invalid_reason = invalid;
   }
-  int fresh_n = static_cast<int>(fresh.size());
-  const int old_n = static_cast<int>(old.size());
-  // With old replicas still up, at most desired + maxSurge replicas exist at once.
-  while (invalid.empty() && fresh_n < desired && fresh_n + old_n < desired + (old_n > 0 ? spec->max_surge : 0)) {
+  // Creates one replica of `of` (a revision's spec); false when no port or the store refused.
+  auto create = [&](const DeploymentSpec& of) {
     const int port = NextPort(used_ports);
     if (port < 0) {
       spdlog::warn("deployment {}: no free replica port in [{}, {})", key, options_.port_base,
-               options_.port_base + options_.port_count);
-      break;
+                   options_.port_base + options_.port_count);
+      return false;
     }
     // The port makes the name unique among live replicas; the serial keeps a replacement from
     // reusing a just-deleted replica's name.
     char serial[8];
     std::snprintf(serial, sizeof serial, "%04x", static_cast<unsigned>(++serial_ & 0xffff));
-    const std::string job_name = name + "-" + revision + "-" + std::to_string(port) + "-" + serial;
-    StatusOr<json> made = store_->Create(ReplicaJob(*spec, tenant, name, job_name, port, options_.engine_binary));
+    const std::string job_name = name + "-" + of.Revision() + "-" + std::to_string(port) + "-" + serial;
+    StatusOr<json> made = store_->Create(ReplicaJob(of, tenant, name, job_name, port, options_.engine_binary));
     if (!made.ok()) {
-      spdlog::warn("deployment {}: creating replica {}: {}", key, job_name,
-               std::string(made.status().message()));
-      break;
+      spdlog::warn("deployment {}: creating replica {}: {}", key, job_name, std::string(made.status().message()));
+      return false;
     }
     *jobs_changed = true;
+    return true;
+  };
+  int fresh_n = static_cast<int>(fresh.size());
+  int stable_n = static_cast<int>(stable.size());
+  const int old_n = static_cast<int>(old.size());
+  // With old replicas still up, at most desired + maxSurge replicas exist at once.
+  while (invalid.empty() && fresh_n < want_new &&
+         fresh_n + stable_n + old_n < want_new + want_stable + (old_n > 0 || stable_n > want_stable ? spec->max_surge : 0) &&
+         create(*spec)) {
     ++fresh_n;
   }
+  while (stable_spec && stable_n < want_stable && create(*stable_spec)) ++stable_n;
   // Extra replicas of the current revision: not-ready ones first.
-  if (fresh_n > desired) {
+  if (fresh_n > want_new) {
     std::stable_sort(fresh.begin(), fresh.end(), [](Replica* a, Replica* b) { return !a->ready && b->ready; });
     for (Replica* r : fresh) {
-      if (fresh_n <= desired) break;
+      if (fresh_n <= want_new) break;
       remove(r);
       --fresh_n;
     }
   }
-  // Old revisions: not-ready ones go at once; ready ones while enough others are ready.
-  std::stable_sort(old.begin(), old.end(), [](Replica* a, Replica* b) { return !a->ready && b->ready; });
-  const int min_ready = std::max(0, desired - spec->max_unavailable);
-  for (Replica* r : old) {
-    if (!r->ready || desired == 0 || ready_count() - 1 >= min_ready) remove(r);
-  }
+  // Extra stable replicas and old revisions: not-ready ones go at once; ready ones while enough
+  // others are ready.
+  const int min_ready = std::max(0, want_new + want_stable - spec->max_unavailable);
+  auto retire = [&](std::vector<Replica*>& group, int keep) {
+    std::stable_sort(group.begin(), group.end(), [](Replica* a, Replica* b) { return !a->ready && b->ready; });
+    int n = live_count(group);
+    for (Replica* r : group) {
+      if (n <= keep) break;
+      if (!r->ready || desired == 0 || ready_count() - 1 >= min_ready) {
+        remove(r);
+        --n;
+      }
+    }
+  };
+  retire(stable, want_stable);
+  retire(old, 0);
+  // The new revision becomes the stable one once nothing else runs (a canary: once promoted to
+  // weight 100). A canary scaled to zero stays a canary.
+  const bool others_left = live_count(stable) + live_count(old) > 0;
+  if (!others_left && invalid.empty() && (!stable_spec || spec->canary_weight >= 100)) stable_rev = revision;
 
   // 4. Status and route.
   ServingRoute route{tenant, name, spec->served_model_name, {}, {}, desired};
   for (const auto& [n, p] : spec->adapters) route.adapters.push_back(n);
-  int replicas_n = 0, ready_n = 0;
+  if (stable_spec && stable_rev != revision) {
+    route.canary_revision = revision;
+    route.canary_weight = spec->canary_weight;
+  }
+  int replicas_n = 0, ready_n = 0, canary_n = 0, canary_ready = 0;
   json endpoints = json::array();
   for (const Replica& r : current) {
     if (r.terminal) continue;
     ++replicas_n;
     ready_n += r.ready ? 1 : 0;
+    if (r.revision == revision) canary_n += 1, canary_ready += r.ready ? 1 : 0;
     if (!r.url.empty()) {
-      route.endpoints.push_back({r.name, r.url, r.ready});
+      route.endpoints.push_back({r.name, r.url, r.ready, r.revision});
       endpoints.push_back({{"replica", r.name}, {"url", r.url}, {"ready", r.ready}, {"revision", r.revision}});
     }
   }
@@ -423,8 +538,17 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
                  {"readyReplicas", ready_n},
                  {"desiredReplicas", desired},
                  {"revision", revision},
+                 {"stableRevision", stable_rev},
+                 {"history", history},
                  {"endpoints", endpoints},
                  {"lastScale", {{"reason", snapshot_state.reason}, {"at", snapshot_state.last_scale_at}}}};
+  if (stable_spec && stable_rev != revision) {
+    status["canary"] = {{"revision", revision},
+                        {"weight", spec->canary_weight},
+                        {"replicas", canary_n},
+                        {"readyReplicas", canary_ready},
+                        {"stableReplicas", replicas_n - canary_n}};
+  }
   if (!invalid.empty()) status["error"] = invalid;
   if (deployment.value("status", json()) != status) {
     json updated = deployment;

@@ -19,8 +19,13 @@
 // 3. Replica jobs are created or deleted toward that count. Replicas of an older revision
 //    (spec template hash) are replaced one by one: new ones are created up to desired +
 //    maxSurge, an old one is deleted only while ready replicas stay >= desired - maxUnavailable.
-// 4. status {replicas, readyReplicas, desiredReplicas, revision, endpoints, lastScale} is
-//    written when it changed.
+//    With strategy Canary, the stable revision (the last one fully rolled out, kept in
+//    status.history) keeps running: of `desired`, canaryWeight percent (at least one) run the
+//    new revision and the rest (at least one) the stable one; at weight 100 the stable replicas
+//    are retired like old ones and the new revision becomes stable.
+// 4. status {replicas, readyReplicas, desiredReplicas, revision, stableRevision, canary,
+//    history, endpoints, lastScale, error} is written when it changed. history holds the specs
+//    of the last kHistoryLimit revisions (what `aicloud rollout undo` restores).
 // Replica jobs whose Deployment is gone are deleted. The store is the only state: a restarted
 // server picks up where the last one left off.
 #pragma once
@@ -65,6 +70,7 @@ struct ServingEndpoint {
   std::string replica;  // the replica job's name
   std::string url;      // http://host:port
   bool ready = false;
+  std::string revision;
 };
 
 // One served model name and where it runs.
@@ -74,7 +80,14 @@ struct ServingRoute {
   std::vector<std::string> adapters;  // served next to it (same replicas)
   std::vector<ServingEndpoint> endpoints;
   int desired = 0;
+  // During a canary: endpoints of canary_revision get canary_weight percent of requests, the
+  // others (the stable revision) the rest. Empty when no canary runs.
+  std::string canary_revision;
+  int canary_weight = 0;
 };
+
+// Revisions remembered in a Deployment's status.history.
+inline constexpr int kHistoryLimit = 10;
 
 struct DeploymentControllerOptions {
   std::string engine_binary;  // the aicloud executable replicas run
@@ -119,6 +132,7 @@ class DeploymentController {
     std::string reason;
     std::string last_scale_at;
     std::string invalid_revision, invalid_reason;  // a revision whose replicas are refused
+    std::string canary_refused;  // a revision run as a rolling update although Canary was asked
   };
 
   void Loop();

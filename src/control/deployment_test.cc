@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -48,6 +49,9 @@ TEST(DeploymentSpec, RejectsBadSpecsNamingTheField) {
       {{{"model", "/m"}, {"resources", {{"gpu", {{"count", 0}}}}}}, "spec.resources.gpu.count"},
       {{{"model", "/m"}, {"slo", {{"ttftP99Ms", -5}}}}, "spec.slo.ttftP99Ms"},
       {{{"model", "/m"}, {"scaleToZeroSeconds", 0}}, "spec.scaleToZeroSeconds"},
+      {{{"model", "/m"}, {"strategy", {{"type", "BlueGreen"}}}}, "spec.strategy.type: \"BlueGreen\" is not RollingUpdate or Canary"},
+      {{{"model", "/m"}, {"strategy", {{"canaryWeight", 10}}}}, "spec.strategy.canaryWeight: only with strategy.type Canary"},
+      {{{"model", "/m"}, {"strategy", {{"type", "Canary"}, {"canaryWeight", 101}}}}, "spec.strategy.canaryWeight: must be a percentage"},
   };
   for (const auto& [spec, want] : cases) {
     StatusOr<DeploymentSpec> d = ParseDeploymentSpec(spec, "chat");
@@ -271,6 +275,183 @@ TEST_F(DeploymentControllerTest, FailedReplicasAreReplacedAndDeletedDeploymentsC
   dc_->Turn();
   EXPECT_TRUE(Replicas().empty());
   EXPECT_TRUE(dc_->Routes().empty());
+}
+
+json CanarySpec(int threads, int weight, int replicas = 4) {
+  return {{"model", "/m"},
+          {"replicas", {{"min", replicas}, {"max", replicas}}},
+          {"autoscaler", {{"policy", "hpa"}}},
+          {"engine", {{"threads", threads}}},
+          {"strategy", {{"type", "Canary"}, {"canaryWeight", weight}}}};
+}
+
+std::map<std::string, int> CountByRevision(const std::vector<json>& replicas) {
+  std::map<std::string, int> n;
+  for (const json& j : replicas) ++n[j["metadata"]["labels"][kRevisionLabel].get<std::string>()];
+  return n;
+}
+
+TEST_F(DeploymentControllerTest, CanaryRunsBothRevisionsByWeightAndIsPromotedAt100) {
+  Apply(CanarySpec(2, 25));
+  dc_->Turn();
+  RunAll();
+  dc_->Turn();
+  const std::string stable = Status()["revision"];
+  EXPECT_EQ(Status()["stableRevision"], stable) << "the first revision is stable at once";
+  EXPECT_FALSE(Status().contains("canary"));
+  ASSERT_EQ(Replicas().size(), 4u);
+
+  // A new template: 25% of 4 -> one canary replica; three stable ones stay.
+  Apply(CanarySpec(4, 25));
+  for (int i = 0; i < 3; ++i) {
+    RunAll();
+    clock_.Advance(1'000'000);
+    dc_->Turn();
+  }
+  const std::string canary = Status()["revision"];
+  ASSERT_NE(canary, stable);
+  std::map<std::string, int> n = CountByRevision(Replicas());
+  EXPECT_EQ(n[canary], 1);
+  EXPECT_EQ(n[stable], 3);
+  EXPECT_EQ(Status()["stableRevision"], stable);
+  EXPECT_EQ(Status()["canary"]["weight"], 25);
+  EXPECT_EQ(Status()["canary"]["readyReplicas"], 1);
+  // The route tells the gateway which endpoints are the canary and its share.
+  ServingRoute route = dc_->Routes()[0];
+  EXPECT_EQ(route.canary_revision, canary);
+  EXPECT_EQ(route.canary_weight, 25);
+  int canary_endpoints = 0;
+  for (const ServingEndpoint& e : route.endpoints) canary_endpoints += e.revision == canary ? 1 : 0;
+  EXPECT_EQ(canary_endpoints, 1);
+  // The stable revision's spec is in history (a rollback or a replacement needs it).
+  ASSERT_EQ(Status()["history"].size(), 2u);
+  EXPECT_EQ(Status()["history"][0]["revision"], stable);
+  EXPECT_EQ(Status()["history"][0]["spec"]["engine"]["threads"], 2);
+
+  // A stable replica fails: it is replaced by a stable one (made from the history's spec).
+  std::vector<json> r = Replicas();
+  for (json& j : r) {
+    if (j["metadata"]["labels"][kRevisionLabel] == stable) {
+      j["status"] = {{"phase", "Failed"}};
+      ASSERT_TRUE(store_.Update(j, 0).ok());
+      break;
+    }
+  }
+  dc_->Turn();
+  n = CountByRevision(Replicas());
+  EXPECT_EQ(n[stable], 3);
+  EXPECT_EQ(n[canary], 1);
+  for (const json& j : Replicas()) {
+    if (j["metadata"]["labels"][kRevisionLabel] != stable) continue;
+    const json argv = j["spec"]["command"];
+    auto it = std::find(argv.begin(), argv.end(), json("--threads"));
+    ASSERT_NE(it, argv.end());
+    EXPECT_EQ(*(it + 1), "2") << "stable replicas run the stable template";
+  }
+
+  // Weight 50: two and two.
+  Apply(CanarySpec(4, 50));
+  for (int i = 0; i < 4; ++i) {
+    RunAll();
+    clock_.Advance(1'000'000);
+    dc_->Turn();
+  }
+  n = CountByRevision(Replicas());
+  EXPECT_EQ(n[canary], 2);
+  EXPECT_EQ(n[stable], 2);
+
+  // Promote: weight 100 retires the stable replicas as a rolling update does (never below 4
+  // ready with maxUnavailable 0), then the canary is the stable revision.
+  Apply(CanarySpec(4, 100));
+  for (int i = 0; i < 8; ++i) {
+    RunAll();
+    clock_.Advance(1'000'000);
+    dc_->Turn();
+    int ready = 0;
+    for (const ServingEndpoint& e : dc_->Routes()[0].endpoints) ready += e.ready ? 1 : 0;
+    EXPECT_GE(ready, 4);
+  }
+  n = CountByRevision(Replicas());
+  EXPECT_EQ(n[canary], 4);
+  EXPECT_EQ(n.count(stable), 0u);
+  EXPECT_EQ(Status()["stableRevision"], canary);
+  EXPECT_FALSE(Status().contains("canary"));
+  EXPECT_TRUE(dc_->Routes()[0].canary_revision.empty());
+}
+
+TEST_F(DeploymentControllerTest, RollingBackACanaryRetiresItsReplicas) {
+  Apply(CanarySpec(2, 25));
+  dc_->Turn();
+  RunAll();
+  dc_->Turn();
+  const std::string stable = Status()["revision"];
+  Apply(CanarySpec(4, 25));
+  for (int i = 0; i < 3; ++i) {
+    RunAll();
+    clock_.Advance(1'000'000);
+    dc_->Turn();
+  }
+  const std::string canary = Status()["revision"];
+  ASSERT_EQ(CountByRevision(Replicas())[canary], 1) << Status().dump();
+
+  // What `aicloud rollout undo` writes: the stable revision's spec from history.
+  Apply(Status()["history"][0]["spec"]);
+  for (int i = 0; i < 4; ++i) {
+    RunAll();
+    clock_.Advance(1'000'000);
+    dc_->Turn();
+    int ready = 0;
+    for (const ServingEndpoint& e : dc_->Routes()[0].endpoints) ready += e.ready ? 1 : 0;
+    EXPECT_GE(ready, 4);
+  }
+  std::map<std::string, int> n = CountByRevision(Replicas());
+  EXPECT_EQ(n[stable], 4);
+  EXPECT_EQ(n.count(canary), 0u);
+  EXPECT_EQ(Status()["revision"], stable);
+  EXPECT_EQ(Status()["stableRevision"], stable);
+  EXPECT_FALSE(Status().contains("canary"));
+  // The history keeps both, the restored one last.
+  ASSERT_EQ(Status()["history"].size(), 2u);
+  EXPECT_EQ(Status()["history"][1]["revision"], stable);
+}
+
+TEST_F(DeploymentControllerTest, ACanaryThatRenamesTheModelRollsInstead) {
+  Apply(CanarySpec(2, 25, 2));
+  dc_->Turn();
+  RunAll();
+  dc_->Turn();
+  json renamed = CanarySpec(2, 25, 2);
+  renamed["servedModelName"] = "chat-v2";
+  Apply(renamed);
+  for (int i = 0; i < 6; ++i) {
+    RunAll();
+    clock_.Advance(1'000'000);
+    dc_->Turn();
+  }
+  EXPECT_EQ(Replicas().size(), 2u);
+  EXPECT_EQ(Status()["stableRevision"], Status()["revision"]);
+  EXPECT_EQ(dc_->Routes()[0].model, "chat-v2");
+}
+
+TEST_F(DeploymentControllerTest, HistoryKeepsTheLastRevisionsAndTheStableOne) {
+  Apply(CanarySpec(1, 0, 1));
+  dc_->Turn();
+  RunAll();
+  dc_->Turn();
+  const std::string first = Status()["revision"];
+  // Weight 0: new revisions are created in history but never run; the first stays stable.
+  for (int t = 2; t <= kHistoryLimit + 3; ++t) {
+    Apply(CanarySpec(t, 0, 1));
+    dc_->Turn();
+  }
+  const json h = Status()["history"];
+  ASSERT_EQ(h.size(), static_cast<size_t>(kHistoryLimit));
+  EXPECT_EQ(h[0]["revision"], first) << "the stable revision is never dropped";
+  EXPECT_EQ(h[kHistoryLimit - 1]["spec"]["engine"]["threads"], kHistoryLimit + 3);
+  EXPECT_EQ(Status()["stableRevision"], first);
+  std::map<std::string, int> n = CountByRevision(Replicas());
+  EXPECT_EQ(n[first], 1);
+  EXPECT_EQ(Replicas().size(), 1u);
 }
 
 }  // namespace

@@ -477,7 +477,8 @@ const S& DeploymentSpec() {
         {"dtype", T::kString},
         {"maxNumSeqs", T::kInt},
         {"args", T::kArray, false, {}, T::kString}}},
-      {"strategy", T::kObject, false, {{"maxSurge", T::kInt}, {"maxUnavailable", T::kInt}}},
+      {"strategy", T::kObject, false,
+       {{"type", T::kString}, {"maxSurge", T::kInt}, {"maxUnavailable", T::kInt}, {"canaryWeight", T::kInt}}},
       {"queue", T::kString},
       {"priority", T::kInt},
   };

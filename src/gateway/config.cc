@@ -153,7 +153,7 @@ StatusOr<UpstreamsConfig> ParseUpstreams(std::string_view text, std::string_view
     const YAML::Node m = models[i];
     const std::string p = "models[" + std::to_string(i) + "]";
     AICLOUD_RETURN_IF_ERROR(rd.Known(m, p, {"model", "tenant", "deployment", "base_model", "adapters", "max_adapters",
-                                            "price", "replicas"}));
+                                            "price", "replicas", "canary_weight"}));
     Route r;
     AICLOUD_RETURN_IF_ERROR(rd.String(m, "model", p, true, &r.model));
     AICLOUD_RETURN_IF_ERROR(rd.String(m, "tenant", p, true, &r.tenant));
@@ -168,6 +168,10 @@ StatusOr<UpstreamsConfig> ParseUpstreams(std::string_view text, std::string_view
     int64_t slots = 0;
     AICLOUD_RETURN_IF_ERROR(rd.Int(m, "max_adapters", p, &slots));
     r.max_adapters = static_cast<int>(slots);
+    int64_t weight = 0;
+    AICLOUD_RETURN_IF_ERROR(rd.Int(m, "canary_weight", p, &weight));
+    if (weight < 0 || weight > 100) return rd.Error(m["canary_weight"], p + ".canary_weight", "want a percentage 0-100");
+    r.canary_weight = static_cast<int>(weight);
     std::vector<std::string> names = r.adapters;
     names.push_back(r.model);
     for (const std::string& n : names) {
@@ -181,7 +185,7 @@ StatusOr<UpstreamsConfig> ParseUpstreams(std::string_view text, std::string_view
     }
     const YAML::Node reps = m["replicas"];
     if (reps.IsDefined() && !reps.IsNull()) {
-      if (!reps.IsSequence()) return rd.Error(reps, p + ".replicas", "want a list of {url, id?, ready?}");
+      if (!reps.IsSequence()) return rd.Error(reps, p + ".replicas", "want a list of {url, id?, ready?, canary?}");
       std::set<std::string> ids;
       for (size_t j = 0; j < reps.size(); ++j) {
         const std::string rp = p + ".replicas[" + std::to_string(j) + "]";
@@ -190,10 +194,11 @@ StatusOr<UpstreamsConfig> ParseUpstreams(std::string_view text, std::string_view
         if (reps[j].IsScalar()) {
           rep.url = reps[j].Scalar();
         } else {
-          AICLOUD_RETURN_IF_ERROR(rd.Known(reps[j], rp, {"url", "id", "ready"}));
+          AICLOUD_RETURN_IF_ERROR(rd.Known(reps[j], rp, {"url", "id", "ready", "canary"}));
           AICLOUD_RETURN_IF_ERROR(rd.String(reps[j], "url", rp, true, &rep.url));
           AICLOUD_RETURN_IF_ERROR(rd.String(reps[j], "id", rp, false, &rep.id));
           AICLOUD_RETURN_IF_ERROR(rd.Bool(reps[j], "ready", rp, &rep.ready));
+          AICLOUD_RETURN_IF_ERROR(rd.Bool(reps[j], "canary", rp, &rep.canary));
         }
         if (rep.url.starts_with("http://")) rep.url = rep.url.substr(7);
         if (!ValidHostPort(rep.url)) return rd.Error(reps[j], rp + ".url", "\"" + rep.url + "\": want host:port");

@@ -16,6 +16,8 @@ models:
       - {url: 127.0.0.1:8001, id: r1}
       - url: http://127.0.0.1:8002
         ready: false
+        canary: true
+    canary_weight: 20
 tenants:
   nlp: {rpm: 100, budget: {tokens: 5000, period: 1d}}
 keys:
@@ -34,6 +36,9 @@ keys:
   EXPECT_EQ(r.replicas[1].url, "127.0.0.1:8002");
   EXPECT_EQ(r.replicas[1].id, "127.0.0.1:8002");
   EXPECT_FALSE(r.replicas[1].ready);
+  EXPECT_FALSE(r.replicas[0].canary);
+  EXPECT_TRUE(r.replicas[1].canary);
+  EXPECT_EQ(r.canary_weight, 20);
   ASSERT_EQ(c->keys.size(), 1u);
   const Caller& k = c->keys[0].second;
   EXPECT_EQ(c->keys[0].first, "sk-a");
@@ -64,6 +69,7 @@ TEST(UpstreamsConfig, ErrorsNameTheField) {
       {"models:\n  - {model: m}\n", "models[0].tenant: required"},
       {"models:\n  - {model: m, tenant: t, replicas: [{url: nohost}]}\n", "models[0].replicas[0].url: \"nohost\": want host:port"},
       {"models:\n  - {model: m, tenant: t, replcas: []}\n", "models[0].replcas: unknown field"},
+      {"models:\n  - {model: m, tenant: t, canary_weight: 120}\n", "models[0].canary_weight: want a percentage 0-100"},
       {"models:\n  - {model: m, tenant: t}\n  - {model: m, tenant: u, deployment: d2}\n", "already served by m"},
       {"models:\n  - {model: m, tenant: t}\nkeys:\n  - {key: k, tenant: t, rpm: -1}\n", "keys[0].rpm: want a non-negative integer"},
       {"models:\n  - {model: m, tenant: t}\nkeys:\n  - {key: k, tenant: t, budget: {tokens: 5, period: 1w}}\n",

@@ -31,6 +31,7 @@ struct ReplicaInfo {
   std::string id;      // unique within the deployment (a pod or process name)
   std::string url;     // "host:port" of an `aicloud engine` (or any OpenAI-compatible server)
   bool ready = false;  // the controller's readiness (weights loaded, /health answered)
+  bool canary = false; // runs the canary revision (see Route::canary_weight)
 };
 
 // One deployment as the gateway sees it.
@@ -42,6 +43,10 @@ struct Route {
   std::vector<std::string> adapters;  // LoRA adapters served; they inherit the base's grants
   std::vector<ReplicaInfo> replicas;
   int max_adapters = 0;               // adapter slots per replica (for LoRA affinity; 0 = unknown)
+  // While some replicas are marked canary: the percentage of requests sent to them (the others
+  // get the rest, spread exactly: 10 means 1 request in every 10). Retries may cross over, and a
+  // side with no ready replica sends its share to the other.
+  int canary_weight = 0;
   // Price in cost units (e.g. USD) per million tokens, for cost budgets; 0 = free.
   double prompt_price_per_m = 0;
   double completion_price_per_m = 0;

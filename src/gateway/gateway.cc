@@ -53,6 +53,7 @@ struct Gateway::DeploymentState {
   explicit DeploymentState(std::unique_ptr<fleet::Router> r) : router(std::move(r)) {}
   SharedRouter router;
   std::atomic<int> held{0};
+  std::atomic<uint64_t> split{0};  // requests split between canary and stable so far
 };
 
 // The result of forwarding to upstreams.
@@ -400,8 +401,22 @@ std::shared_ptr<ReplicaState> Gateway::PickReplica(Call& call, const Route& rout
   const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now().time_since_epoch()).count();
   std::vector<fleet::ReplicaView> views, ejected_views;
   std::vector<std::shared_ptr<ReplicaState>> states, ejected_states;
+  // A canary: the first attempt goes to one side, request n to the canary when n * weight
+  // mod 100 < weight (exactly `weight` of every 100 requests); a side with no ready replica
+  // (or a retry) uses all.
+  int side = -1;  // -1 any, 0 stable, 1 canary
+  if (tried.empty()) {
+    bool sides[2] = {false, false};
+    for (const ReplicaInfo& r : route.replicas) sides[r.canary ? 1 : 0] |= r.ready;
+    if (sides[0] && sides[1]) {
+      const uint64_t n = State(route.deployment).split.fetch_add(1, std::memory_order_relaxed);
+      const uint64_t w = static_cast<uint64_t>(std::clamp(route.canary_weight, 0, 100));
+      side = (n * w) % 100 < w ? 1 : 0;
+    }
+  }
   for (const ReplicaInfo& r : route.replicas) {
     if (!r.ready || std::find(tried.begin(), tried.end(), r.url) != tried.end()) continue;
+    if (side >= 0 && r.canary != (side == 1)) continue;
     std::shared_ptr<ReplicaState> s = replicas_.Get(r.url);
     const EngineMetrics m = s->metrics();
     const int in_flight = s->in_flight.load(std::memory_order_relaxed);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <condition_variable>
 #include <thread>
 
@@ -266,6 +267,41 @@ TEST(Gateway, ScoreSpreadsTiesWithoutMetrics) {
   for (int i = 0; i < 6; ++i) ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);
   EXPECT_EQ(a.requests.load(), 3);
   EXPECT_EQ(b.requests.load(), 3);
+}
+
+TEST(Gateway, CanaryWeightSplitsRequestsExactly) {
+  FakeEngine s1, s2, c1;
+  Harness h;
+  Route r = OneModel("m", "t", {{"s1", s1.url(), true}, {"s2", s2.url(), true}, {"c1", c1.url(), true, /*canary=*/true}});
+  r.canary_weight = 25;
+  ASSERT_TRUE(h.dir.Upsert(r).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  http::Client client(h.base);
+  std::map<std::string, int> got;
+  for (int i = 0; i < 40; ++i) {
+    auto resp = h.Post("k", Harness::Chat("m"), &client);
+    ASSERT_TRUE(resp.ok()) << resp.status();
+    ASSERT_EQ(resp->status, 200) << resp->body;
+    ++got[resp->headers["x-aicloud-replica"]];
+  }
+  EXPECT_EQ(got["c1"], 10) << "25% of 40 to the canary";
+  EXPECT_EQ(got["s1"] + got["s2"], 30);
+  EXPECT_GT(got["s1"], 0);
+  EXPECT_GT(got["s2"], 0);
+
+  // Weight 0: none to the canary; the canary not ready: its share goes to the stable side.
+  r.canary_weight = 0;
+  ASSERT_TRUE(h.dir.Upsert(r).ok());
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(h.Post("k", Harness::Chat("m"), &client)->headers["x-aicloud-replica"].substr(0, 1), "s");
+  r.canary_weight = 100;
+  r.replicas[2].ready = false;
+  ASSERT_TRUE(h.dir.Upsert(r).ok());
+  for (int i = 0; i < 4; ++i) {
+    auto resp = h.Post("k", Harness::Chat("m"), &client);
+    ASSERT_TRUE(resp.ok());
+    EXPECT_EQ(resp->status, 200);
+    EXPECT_EQ(resp->headers["x-aicloud-replica"].substr(0, 1), "s");
+  }
 }
 
 TEST(Gateway, RetriesAnotherReplicaWhenOneIsDead) {
