@@ -6,7 +6,8 @@
 # Checks: a chat request with a tenant key is held while a replica starts (scale from zero) and
 # its answer streams back; /v1/models shows a key only its tenant's models; another tenant's key
 # gets 403 (an unknown key 401); a canary revision gets its weight's share of requests and
-# `aicloud rollout undo` retires it; a tenant over its token budget gets 429 and
+# `aicloud rollout undo` retires it; a burst scales replicas up; a tenant over its token budget
+# gets 429 and
 # concurrent requests never spend past the budget; idleness scales the deployment to zero.
 # Needs curl, jq, xargs. Prints PASS/FAIL lines; exits 1 when a check failed.
 set -u
@@ -176,6 +177,24 @@ if wait_until 90 warm_and '(.status.canary.readyReplicas // 0) >= 1 and .status.
 else
   fail $c "the canary never became ready: $(dep_field chat acme '.status | del(.history)')"
 fi
+
+# 3b. Burst: 48 concurrent long answers to chat (latency profile: 4 sequences a step, so most
+# wait): the autoscaler reads the queue from the replica's /metrics and a second replica starts.
+c=burst-scale-up
+before=$(dep_field chat acme .status.replicas)
+seq 48 | xargs -P 48 -I{} curl -sS -m 300 -o /dev/null -w '%{http_code}\n' "$url/v1/chat/completions" \
+  -H "Authorization: Bearer $acme" -H 'Content-Type: application/json' \
+  -d '{"model":"chat","max_tokens":512,"ignore_eos":true,"messages":[{"role":"user","content":"burst {}"}]}' \
+  >"$tmp/burst.txt" 2>&1 &
+burst_pid=$!
+if wait_until 120 sh -c "'$bin' get deployment chat -t acme -o json 2>/dev/null | jq -e '.status.desiredReplicas >= 2 and .status.readyReplicas >= 2' >/dev/null"; then
+  pass "$c ($before -> $(dep_field chat acme .status.readyReplicas) ready replicas: $(dep_field chat acme .status.lastScale.reason))"
+else
+  fail $c "$(dep_field chat acme '.status | del(.history)')"
+fi
+wait $burst_pid
+ok=$(grep -c '^200$' "$tmp/burst.txt")
+[ "$ok" = 48 ] && pass "burst-answered (48 of 48)" || fail burst-answered "$(sort "$tmp/burst.txt" | uniq -c | tr '\n' ' ')"
 
 # 4. Budget: tenant lean may spend 400 tokens; 60 concurrent requests of up to 30 tokens each.
 c=budget-concurrent

@@ -219,9 +219,13 @@ void AddEngine(CLI::App& app, int* exit_code) {
       *exit_code = Fail(e.status());
       return;
     }
+    // A non-streaming request holds a handler thread until it finishes, so the HTTP server
+    // must take as many as the engine admits (running + waiting): otherwise requests queue in
+    // the HTTP layer where the engine's waiting gauge — what autoscalers read — cannot see them.
+    const int workers = f->max_num_seqs + f->max_waiting + 8;
     StatusOr<std::unique_ptr<engine::EngineServer>> server =
         engine::EngineServer::Start(e->get(), {.host = f->host, .port = static_cast<uint16_t>(f->port),
-                                               .worker_threads = 8});
+                                               .worker_threads = workers});
     if (!server.ok()) {
       *exit_code = Fail(server.status());
       return;

@@ -52,6 +52,11 @@ class DeploymentDirectory final : public gateway::Directory {
     dc_->NoteRequests(std::string(deployment.substr(0, slash)), std::string(deployment.substr(slash + 1)), n);
     loop_cv_.notify_all();  // pick up the new replica as soon as the controller makes it ready
   }
+  void NoteActivity(std::string_view deployment) override {
+    const size_t slash = deployment.find('/');
+    if (slash == std::string_view::npos) return;
+    dc_->NoteActivity(std::string(deployment.substr(0, slash)), std::string(deployment.substr(slash + 1)));
+  }
   uint64_t Version() const override { return notifier_.Version(); }
   uint64_t WaitForChange(uint64_t seen, std::chrono::milliseconds timeout) override {
     return notifier_.WaitForChange(seen, timeout);

@@ -151,7 +151,7 @@ DeploymentController::DeploymentController(store::Store* store, Clock* clock, Me
       clock_(clock),
       metrics_(metrics),
       options_(std::move(options)),
-      prober_(prober ? std::move(prober) : HttpProber(std::chrono::milliseconds(500))),
+      prober_(prober ? std::move(prober) : HttpProber(std::chrono::milliseconds(2000))),
       on_jobs_changed_(std::move(on_jobs_changed)),
       serial_(static_cast<uint64_t>(clock->NowMicros())) {
   if (metrics_ != nullptr) {
@@ -210,6 +210,11 @@ void DeploymentController::NoteRequests(const std::string& tenant, const std::st
     if (wake) wake_ = true;
   }
   if (wake) cv_.notify_all();
+}
+
+void DeploymentController::NoteActivity(const std::string& tenant, const std::string& deployment) {
+  std::lock_guard<std::mutex> l(mu_);
+  states_[tenant + "/" + deployment].last_activity_us = clock_->NowMicros();
 }
 
 int DeploymentController::NextPort(std::vector<int>* used) const {
@@ -317,6 +322,25 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       r.ready = r.probe.healthy;
     }
     current.push_back(std::move(r));
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::map<std::string, State::Health>& health = states_[key].health;
+    std::map<std::string, State::Health> kept;
+    for (Replica& r : current) {
+      if (r.url.empty()) continue;
+      State::Health h = health[r.name];
+      if (r.probe.healthy) {
+        h = {0, r.probe};
+      } else if (h.last.healthy && ++h.failures < kProbeFailures) {
+        r.probe = h.last;  // missed a probe: still ready, with the last metrics
+        r.ready = true;
+      } else {
+        h = {};
+      }
+      kept[r.name] = h;
+    }
+    health = std::move(kept);
   }
   int ready = 0, in_flight = 0;
   for (const Replica& r : current) {

@@ -86,6 +86,9 @@ struct ServingRoute {
   int canary_weight = 0;
 };
 
+// Failed probes in a row before a ready replica counts as not ready.
+inline constexpr int kProbeFailures = 3;
+
 // Revisions remembered in a Deployment's status.history.
 inline constexpr int kHistoryLimit = 10;
 
@@ -101,7 +104,7 @@ struct DeploymentControllerOptions {
 class DeploymentController {
  public:
   // `on_jobs_changed` is called after replica jobs were created or deleted (the server wakes
-  // the job controller with it). `prober` defaults to HttpProber(500 ms).
+  // the job controller with it). `prober` defaults to HttpProber(2 s).
   DeploymentController(store::Store* store, Clock* clock, Metrics* metrics,
                        DeploymentControllerOptions options, Prober prober = nullptr,
                        std::function<void()> on_jobs_changed = nullptr);
@@ -118,6 +121,8 @@ class DeploymentController {
   // Gateway activity: requests for a deployment arrived; `held` of them wait for a ready
   // replica. Wakes the controller when a deployment with no ready replica gets a request.
   void NoteRequests(const std::string& tenant, const std::string& deployment, int held);
+  // A request for the deployment was admitted or finished at the gateway (resets the idle clock).
+  void NoteActivity(const std::string& tenant, const std::string& deployment);
 
  private:
   struct State {
@@ -133,6 +138,14 @@ class DeploymentController {
     std::string last_scale_at;
     std::string invalid_revision, invalid_reason;  // a revision whose replicas are refused
     std::string canary_refused;  // a revision run as a rolling update although Canary was asked
+    // Per replica: consecutive failed probes and the last good one. A ready replica stays
+    // ready (with its last metrics) until kProbeFailures probes in a row fail: a busy CPU
+    // engine can miss one, and dropping it would hide its load from the autoscaler.
+    struct Health {
+      int failures = 0;
+      ReplicaProbe last;
+    };
+    std::map<std::string, Health> health;
   };
 
   void Loop();

@@ -213,6 +213,44 @@ TEST_F(DeploymentControllerTest, ScalesFromZeroOnARequestAndBackToZeroWhenIdle) 
       << Status().dump();
 }
 
+TEST_F(DeploymentControllerTest, GatewayActivityKeepsADeploymentFromScalingToZero) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 0}, {"max", 1}}}, {"scaleToZeroSeconds", 10},
+         {"autoscaler", {{"policy", "kpa"}}}});
+  dc_->NoteRequests("acme", "chat", 1);
+  dc_->Turn();
+  RunAll();  // ready, but its metrics show nothing in flight (long requests between scrapes)
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(3'000'000);
+    dc_->NoteActivity("acme", "chat");  // requests keep arriving and finishing at the gateway
+    dc_->Turn();
+  }
+  EXPECT_EQ(Replicas().size(), 1u) << Status().dump();
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(3'000'000);
+    dc_->Turn();
+  }
+  EXPECT_TRUE(Replicas().empty()) << "idle 18 s > 10 s";
+}
+
+TEST_F(DeploymentControllerTest, AReadyReplicaSurvivesTwoMissedProbes) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
+  dc_->Turn();
+  RunAll({.healthy = true, .running = 3});
+  dc_->Turn();
+  ASSERT_TRUE(dc_->Routes()[0].endpoints.at(0).ready);
+  RunAll({.healthy = false});  // a busy engine does not answer in time
+  for (int i = 1; i < kProbeFailures; ++i) {
+    dc_->Turn();
+    EXPECT_TRUE(dc_->Routes()[0].endpoints.at(0).ready) << "missed probe " << i;
+    EXPECT_EQ(Status()["readyReplicas"], 1);
+  }
+  dc_->Turn();
+  EXPECT_FALSE(dc_->Routes()[0].endpoints.at(0).ready) << "after " << kProbeFailures << " misses";
+  RunAll({.healthy = true});
+  dc_->Turn();
+  EXPECT_TRUE(dc_->Routes()[0].endpoints.at(0).ready);
+}
+
 TEST_F(DeploymentControllerTest, ABurstScalesUpWithinMax) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 3}}}, {"autoscaler", {{"policy", "kpa"}}}});
   dc_->Turn();

@@ -12,6 +12,7 @@
 // shared_ptr copy on the request path, with no lock held afterwards.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -71,6 +72,10 @@ class Directory {
   // for it (scale from zero). Called on the request path: must not block for long.
   virtual void WantReplicas(std::string_view deployment, int n) = 0;
 
+  // A request for `deployment` was admitted or finished: it is in use (scale to zero measures
+  // idleness from the last of these). Called on the request path: must be cheap.
+  virtual void NoteActivity(std::string_view deployment) { (void)deployment; }
+
   // Change notification. Version() increases on every change of any route; WaitForChange
   // blocks until Version() != seen or the timeout passes and returns Version(). The default
   // implementation has no notification: it sleeps min(timeout, 50 ms) and reports Version(),
@@ -102,6 +107,7 @@ class StaticDirectory final : public Directory {
   std::shared_ptr<const Route> Lookup(std::string_view model) const override;
   std::vector<std::shared_ptr<const Route>> List() const override;
   void WantReplicas(std::string_view deployment, int n) override;
+  void NoteActivity(std::string_view) override { activity_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t Version() const override { return notifier_.Version(); }
   uint64_t WaitForChange(uint64_t seen, std::chrono::milliseconds timeout) override {
     return notifier_.WaitForChange(seen, timeout);
@@ -120,6 +126,8 @@ class StaticDirectory final : public Directory {
   void OnWant(std::function<void(const std::string& deployment, int n)> hook);
   // The largest n asked for `deployment` so far (0 if never).
   int Wanted(std::string_view deployment) const;
+  // NoteActivity calls so far (any deployment).
+  int64_t Activity() const { return activity_.load(std::memory_order_relaxed); }
 
  private:
   void RebuildIndexLocked();
@@ -130,6 +138,7 @@ class StaticDirectory final : public Directory {
   std::map<std::string, int, std::less<>> wanted_;                                  // GUARDED_BY(mu_)
   std::function<void(const std::string&, int)> on_want_;                           // GUARDED_BY(mu_)
   DirectoryNotifier notifier_;
+  std::atomic<int64_t> activity_{0};
 };
 
 }  // namespace aicloud::gateway

@@ -279,6 +279,7 @@ http::Response Gateway::Handle(Endpoint endpoint, http::Request& req) {
                                   call.info.model + "`",
                               "model"));
   }
+  deps_.directory->NoteActivity(route->deployment);
 
   // 4. Rate limits: 1 request and the token estimate, from key and tenant at once.
   const bool budgeted = call.who.key_limits.HasBudget() || call.who.tenant_limits.HasBudget();
@@ -535,6 +536,7 @@ http::Response Gateway::Unary(Call& call, const Route& route) {
 void Gateway::Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks) {
   if (call.settled) return;
   call.settled = true;
+  deps_.directory->NoteActivity(route.deployment);
   int64_t prompt = 0, completion = 0;
   if (usage) {
     prompt = usage->prompt_tokens;

@@ -284,6 +284,7 @@ TEST(Gateway, CanaryWeightSplitsRequestsExactly) {
     ASSERT_EQ(resp->status, 200) << resp->body;
     ++got[resp->headers["x-aicloud-replica"]];
   }
+  EXPECT_EQ(h.dir.Activity(), 80) << "each request notes activity when admitted and when settled";
   EXPECT_EQ(got["c1"], 10) << "25% of 40 to the canary";
   EXPECT_EQ(got["s1"] + got["s2"], 30);
   EXPECT_GT(got["s1"], 0);
