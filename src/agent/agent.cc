@@ -1,6 +1,10 @@
 #include "agent/agent.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -76,7 +80,51 @@ std::string AsString(const json& v) { return v.is_string() ? v.get<std::string>(
 
 }  // namespace
 
-Agent::Agent(AgentOptions options) : options_(std::move(options)) {}
+std::string AddressToReach(const std::string& server_url) {
+  std::string rest = server_url;
+  if (size_t p = rest.find("://"); p != std::string::npos) rest = rest.substr(p + 3);
+  rest = rest.substr(0, rest.find('/'));
+  std::string host = rest;
+  if (!rest.empty() && rest[0] == '[') {
+    host = rest.substr(1, rest.find(']') - 1);  // [v6]:port
+  } else if (size_t colon = rest.rfind(':'); colon != std::string::npos) {
+    host = rest.substr(0, colon);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (host.empty() || getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  const int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    // connect() on a UDP socket only chooses the route and source address.
+    if (connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {0};
+      const void* a = local.ss_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (inet_ntop(local.ss_family, a, buf, sizeof buf) != nullptr) out = buf;
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+namespace {
+AgentOptions WithAddress(AgentOptions o) {
+  if (o.node_spec.is_object() && !o.node_spec.contains("address")) {
+    const std::string a = AddressToReach(o.server_url);
+    if (!a.empty()) o.node_spec["address"] = a;
+  }
+  return o;
+}
+}  // namespace
+
+Agent::Agent(AgentOptions options) : options_(WithAddress(std::move(options))) {}
 
 Agent::~Agent() { Stop(); }
 

@@ -71,7 +71,9 @@ struct AgentOptions {
   std::string server_url;                 // http://127.0.0.1:8080
   std::string token;                      // API key with the agent role
   std::string node_name;
-  nlohmann::json node_spec;               // what register sends as "spec"
+  nlohmann::json node_spec;               // what register sends as "spec"; without an
+                                          // "address", the one AddressToReach finds is added
+                                          // (where the server reaches this node's services)
   std::string work_dir;                   // attempts' dirs, logs, checkpoints live here
   std::chrono::milliseconds heartbeat{10000};
   std::chrono::milliseconds poll_wait{20000};   // long-poll waitMs
@@ -85,6 +87,11 @@ struct AgentOptions {
   // Try NVML for GPU metrics in the heartbeat.
   bool gpu_metrics = true;
 };
+
+// The local IP address this host uses to reach `server_url`'s host (the source address the
+// kernel picks for that route; no packet is sent), e.g. "10.0.3.17", or "127.0.0.1" for a
+// loopback server. "" when the host cannot be resolved.
+std::string AddressToReach(const std::string& server_url);
 
 class Agent {
  public:

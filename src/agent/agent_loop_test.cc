@@ -252,7 +252,9 @@ TEST_F(AgentLoopTest, RegistersWithNodeSpecAndReportsMetrics) {
   StartAgent();
   EXPECT_EQ(agent->epoch(), "e1");
   ASSERT_EQ(cp.registrations(), 1);
-  EXPECT_EQ(cp.specs[0], Options().node_spec);
+  json want = Options().node_spec;
+  want["address"] = "127.0.0.1";  // added: where the server reaches this node (loopback here)
+  EXPECT_EQ(cp.specs[0], want);
   ASSERT_TRUE(WaitFor([&] { return cp.ReportCount() >= 2; }));  // heartbeat repeats
   std::lock_guard<std::mutex> l(cp.mu);
   EXPECT_TRUE(cp.reports[0]["metrics"]["host"].contains("node_memory_MemTotal_bytes"))
@@ -402,6 +404,12 @@ TEST_F(AgentLoopTest, RefusedLogIsNoLongerShipped) {
   cp.SetDesired({Attempt("a1", "echo x")});
   ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
   EXPECT_EQ(cp.Log("a1"), "");
+}
+
+TEST(AgentAddress, IsTheSourceAddressTowardsTheServer) {
+  EXPECT_EQ(AddressToReach("http://127.0.0.1:8080"), "127.0.0.1");
+  EXPECT_EQ(AddressToReach("https://127.0.0.1/api"), "127.0.0.1");
+  EXPECT_EQ(AddressToReach("http://no-such-host.invalid:80"), "");
 }
 
 TEST(AgentStartTest, ServerDownFailsWithUnavailableAfterDeadline) {

@@ -856,6 +856,8 @@ StatusOr<json> ControlPlane::RegisterNode(const std::string& name, const json& s
                       : json{{"apiVersion", "aicloud/v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
   json s = spec;
   s["unschedulable"] = cordoned;
+  // An address the operator set on the Node stays unless the agent reports one.
+  if (!s.contains("address") && cur.ok() && (*cur)["spec"].contains("address")) s["address"] = (*cur)["spec"]["address"];
   obj["spec"] = s;
   n->epoch = RandomId(8);
   n->registered = true;

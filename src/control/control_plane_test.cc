@@ -108,6 +108,19 @@ TEST_F(ControlPlaneTest, JobRunsToSuccessThroughAnAgent) {
   EXPECT_TRUE(reasons.count("Scheduled") && reasons.count("Started") && reasons.count("Completed"));
 }
 
+TEST_F(ControlPlaneTest, NodeAddressFromTheAgentOrKeptFromTheOperator) {
+  json spec = GpuNodeSpec(1);
+  spec["address"] = "10.0.0.7";
+  ASSERT_TRUE(cp_->RegisterNode("a", spec).ok());
+  EXPECT_EQ(store_.Get({"Node", "", "a"})->at("spec").value("address", ""), "10.0.0.7");
+  // An agent that reports none keeps the operator's (or the last agent's) address.
+  ASSERT_TRUE(cp_->RegisterNode("a", GpuNodeSpec(1)).ok());
+  EXPECT_EQ(store_.Get({"Node", "", "a"})->at("spec").value("address", ""), "10.0.0.7");
+  spec["address"] = "10.0.0.8";
+  ASSERT_TRUE(cp_->RegisterNode("a", spec).ok());
+  EXPECT_EQ(store_.Get({"Node", "", "a"})->at("spec").value("address", ""), "10.0.0.8");
+}
+
 TEST_F(ControlPlaneTest, GangStartsOnlyWhenEveryWorkerIsPlaced) {
   std::string e1 = Register("a", 1);
   json job = Submit("big", {{"command", "x"}, {"workers", 2}, {"resources", {{"gpu", {{"count", 1}}}}}});
