@@ -42,7 +42,7 @@ wait_until() {  # wait_until SECONDS CMD...
 
 "$bin" up --data-dir "$tmp/up" --port 0 --sim-nodes 1 >"$tmp/up.log" 2>&1 &
 up_pid=$!
-wait_until 30 grep -q "aicloud up: ready" "$tmp/up.log" || { fail up "$(tail -5 "$tmp/up.log")"; exit 1; }
+wait_until 30 grep -qs "aicloud up: ready" "$tmp/up.log" || { fail up "$(tail -5 "$tmp/up.log")"; exit 1; }
 url=$(jq -r .server "$AICLOUD_CONFIG")
 pass "up ($url)"
 

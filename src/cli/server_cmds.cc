@@ -4,7 +4,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <tuple>
 #include <iostream>
 #include <thread>
 
@@ -13,6 +18,7 @@
 #include "agent/node_info.h"
 #include "cli/commands.h"
 #include "cli/front_door.h"
+#include "control/node_autoscaler.h"
 #include "control/server.h"
 #include "http/client.h"
 
@@ -65,7 +71,33 @@ struct ServerFlags {
   std::string tls_cert, tls_key, tls_client_ca;
   std::string node_grace = "40s";
   std::string policy = "bestfit";
+  // The cluster autoscaler (control/node_autoscaler.h): off while node_pool is 0.
+  int node_pool = 0;
+  std::string node_pending = "10s", node_unneeded = "10m", node_provision_timeout = "15m";
+  std::string node_hook;           // aicloud server: the operator's script
+  int node_gpus = 8;               // shape of a node it adds
+  std::string node_gpu_model = "H100";
+  int node_cpus = 64, node_memory_gib = 512;
 };
+
+StatusOr<control::NodeAutoscalerOptions> ToNodeOptions(const ServerFlags& f) {
+  control::NodeAutoscalerOptions o;
+  o.max_nodes = f.node_pool;
+  if (f.node_pool < 0) return InvalidArgumentError("--node-pool: must not be negative");
+  for (auto [flag, text, out] : {std::tuple{"--node-pending", &f.node_pending, &o.pending_for},
+                                 std::tuple{"--node-unneeded", &f.node_unneeded, &o.unneeded_for},
+                                 std::tuple{"--node-provision-timeout", &f.node_provision_timeout, &o.provision_timeout}}) {
+    StatusOr<std::chrono::milliseconds> d = ParseDuration(*text);
+    if (!d.ok()) return InvalidArgumentError(std::string(flag) + ": " + std::string(d.status().message()));
+    *out = *d;
+  }
+  return o;
+}
+
+control::NodeShape ShapeOf(const ServerFlags& f) {
+  return {.gpus = f.node_gpus, .gpu_model = f.node_gpu_model, .cpu_millis = int64_t{f.node_cpus} * 1000,
+          .memory_mib = int64_t{f.node_memory_gib} * 1024};
+}
 
 StatusOr<control::ServerConfig> ToConfig(const ServerFlags& f) {
   StatusOr<std::chrono::milliseconds> grace = ParseDuration(f.node_grace);
@@ -87,7 +119,76 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "require client certificates signed by this CA (mTLS)");
   cmd->add_option("--node-grace", f->node_grace, "heartbeat silence before a node is NotReady (default 40s)");
   cmd->add_option("--policy", f->policy, "scheduling policy (bestfit, fgd, packing, spread, ...)");
+  cmd->add_option("--node-pool", f->node_pool, "nodes the cluster autoscaler may add for unschedulable jobs (default 0: off)");
+  cmd->add_option("--node-pending", f->node_pending, "how long a job stays unschedulable before nodes are added (default 10s)");
+  cmd->add_option("--node-unneeded", f->node_unneeded, "idle time before an added node is powered off (default 10m)");
+  cmd->add_option("--node-provision-timeout", f->node_provision_timeout, "power-on to registration, then given up (default 15m)");
+  cmd->add_option("--node-gpus", f->node_gpus, "GPUs of an added node (default 8)");
+  cmd->add_option("--node-gpu-model", f->node_gpu_model, "their model (default H100)");
+  cmd->add_option("--node-cpus", f->node_cpus, "CPUs of an added node (default 64)");
+  cmd->add_option("--node-memory-gib", f->node_memory_gib, "memory of an added node in GiB (default 512)");
 }
+
+// `aicloud up`'s provisioner: a powered-on node is a simulated agent in this process that
+// registers after the provision delay (a warm pool is a short delay).
+class SimProvisioner final : public control::NodeProvisioner {
+ public:
+  using Factory = std::function<StatusOr<std::unique_ptr<agent::Agent>>(const std::string& name)>;
+  SimProvisioner(Factory make, std::chrono::milliseconds delay, control::NodeShape shape)
+      : make_(std::move(make)), delay_(delay), shape_(std::move(shape)) {}
+  ~SimProvisioner() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    agents_.clear();
+  }
+  Status PowerOn(const std::string& node) override {
+    std::lock_guard<std::mutex> l(mu_);
+    wanted_.insert(node);
+    threads_.emplace_back([this, node] {
+      std::unique_lock<std::mutex> l(mu_);
+      if (cv_.wait_for(l, delay_, [this] { return stop_; }) || !wanted_.count(node)) return;
+      l.unlock();
+      StatusOr<std::unique_ptr<agent::Agent>> a = make_(node);  // registers: outside the lock
+      l.lock();
+      if (!a.ok()) {
+        std::cerr << "aicloud up: node " << node << " did not start: " << a.status().message() << "\n";
+        return;
+      }
+      if (!stop_ && wanted_.count(node)) agents_[node] = std::move(*a);
+    });
+    return OkStatus();
+  }
+  Status PowerOff(const std::string& node) override {
+    std::unique_ptr<agent::Agent> gone;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      wanted_.erase(node);
+      auto it = agents_.find(node);
+      if (it != agents_.end()) {
+        gone = std::move(it->second);
+        agents_.erase(it);
+      }
+    }
+    gone.reset();  // stops the agent and its processes
+    return OkStatus();
+  }
+  control::NodeShape Shape() const override { return shape_; }
+
+ private:
+  Factory make_;
+  std::chrono::milliseconds delay_;
+  control::NodeShape shape_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::set<std::string> wanted_;
+  std::map<std::string, std::unique_ptr<agent::Agent>> agents_;
+  std::vector<std::thread> threads_;
+};
 
 // A simulated GPU node: declared hardware, real processes.
 json SimNodeSpec(const std::string& name, const std::string& gpu, int gpus) {
@@ -101,10 +202,14 @@ json SimNodeSpec(const std::string& name, const std::string& gpu, int gpus) {
 }
 
 int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int gpus_per_node,
-          bool demo, bool exit_after_demo) {
+          bool demo, bool exit_after_demo, const std::string& provision_delay) {
   BlockSignals();
   StatusOr<control::ServerConfig> cfg = ToConfig(sf);
   if (!cfg.ok()) return Fail(cfg.status());
+  StatusOr<control::NodeAutoscalerOptions> node_opts = ToNodeOptions(sf);
+  if (!node_opts.ok()) return Fail(node_opts.status());
+  StatusOr<std::chrono::milliseconds> delay = ParseDuration(provision_delay);
+  if (!delay.ok()) return Fail(InvalidArgumentError("--node-provision-delay: " + std::string(delay.status().message())));
   cfg->node_grace = std::min(cfg->node_grace, std::chrono::milliseconds(10000));
   FrontDoor door;
   cfg->front_door = door.Factory();
@@ -140,24 +245,36 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
   if (!saved.ok()) return Fail(saved);
   std::cout << "aicloud up: logged in as admin (tenant demo); credentials saved for the aicloud CLI\n";
 
-  std::vector<std::unique_ptr<agent::Agent>> agents;
-  for (int i = 0; i < sim_nodes; ++i) {
-    const std::string name = "sim-" + std::to_string(i);
+  auto make_agent = [&, token = agent_key->token](const std::string& name) -> StatusOr<std::unique_ptr<agent::Agent>> {
     agent::AgentOptions ao;
     ao.server_url = s.url();
-    ao.token = agent_key->token;
+    ao.token = token;
     ao.node_name = name;
     ao.node_spec = SimNodeSpec(name, sim_gpu, gpus_per_node);
     ao.work_dir = sf.data_dir + "/agents/" + name;
     ao.heartbeat = std::chrono::milliseconds(2000);
     ao.poll_wait = std::chrono::milliseconds(2000);  // so Ctrl-C stops the agents promptly
     auto a = std::make_unique<agent::Agent>(ao);
-    Status started = a->Start();
-    if (!started.ok()) return Fail(started);
-    agents.push_back(std::move(a));
+    AICLOUD_RETURN_IF_ERROR(a->Start());
+    return a;
+  };
+  std::vector<std::unique_ptr<agent::Agent>> agents;
+  for (int i = 0; i < sim_nodes; ++i) {
+    StatusOr<std::unique_ptr<agent::Agent>> a = make_agent("sim-" + std::to_string(i));
+    if (!a.ok()) return Fail(a.status());
+    agents.push_back(std::move(*a));
   }
   std::cout << "aicloud up: " << sim_nodes << " simulated node(s) with " << gpus_per_node << "x " << sim_gpu
             << " each; their jobs run as real processes on this machine\n";
+  // Nodes added for unschedulable jobs are simulated nodes of the same shape.
+  SimProvisioner pool(make_agent, *delay,
+                      {.gpus = gpus_per_node, .gpu_model = sim_gpu, .cpu_millis = 64000, .memory_mib = 512 * 1024});
+  control::NodeAutoscaler node_autoscaler(st, s.control(), s.clock(), s.metrics(), &pool, *node_opts);
+  if (Status na = node_autoscaler.Start(); !na.ok()) return Fail(na);
+  if (node_opts->max_nodes > 0) {
+    std::cout << "aicloud up: cluster autoscaler on: up to " << node_opts->max_nodes << " more node(s), "
+              << provision_delay << " to provision, powered off after " << sf.node_unneeded << " unneeded\n";
+  }
 
   if (demo) {
     http::Client c(s.url());
@@ -191,6 +308,7 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
       if (l.ok()) std::cout << "  logs of worker " << w << ":\n" << l->body;
     }
     if (exit_after_demo) {
+      node_autoscaler.Stop();
       agents.clear();
       s.Stop();
       return phase == "Succeeded" ? 0 : 1;
@@ -201,6 +319,7 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
             << std::flush;
   WaitForSignal();
   std::cout << "aicloud up: stopping\n";
+  node_autoscaler.Stop();
   agents.clear();
   s.Stop();
   return 0;
@@ -212,6 +331,8 @@ void AddServer(CLI::App& app, int* exit_code) {
   auto sf = std::make_shared<ServerFlags>();
   auto* server = app.add_subcommand("server", "Run the API server, scheduler and controllers");
   AddServerFlags(server, sf.get());
+  server->add_option("--node-hook", sf->node_hook,
+                     "script the cluster autoscaler runs as SCRIPT up|down NODE (power on/off, install, start the agent)");
   server->callback([sf, exit_code] {
     BlockSignals();
     StatusOr<control::ServerConfig> cfg = ToConfig(*sf);
@@ -227,6 +348,22 @@ void AddServer(CLI::App& app, int* exit_code) {
       *exit_code = Fail(s.status());
       return;
     }
+    StatusOr<control::NodeAutoscalerOptions> node_opts = ToNodeOptions(*sf);
+    if (!node_opts.ok()) {
+      *exit_code = Fail(node_opts.status());
+      return;
+    }
+    if (node_opts->max_nodes > 0 && sf->node_hook.empty()) {
+      *exit_code = Fail(InvalidArgumentError("--node-pool needs --node-hook SCRIPT (called as SCRIPT up|down NODE)"));
+      return;
+    }
+    control::ScriptProvisioner hooks(sf->node_hook, ShapeOf(*sf));
+    control::NodeAutoscaler node_autoscaler((*s)->store(), (*s)->control(), (*s)->clock(), (*s)->metrics(), &hooks,
+                                            *node_opts);
+    if (Status na = node_autoscaler.Start(); !na.ok()) {
+      *exit_code = Fail(na);
+      return;
+    }
     std::cout << "aicloud server listening on " << (*s)->url() << " (data: " << sf->data_dir << ")\n";
     if ((*s)->bootstrap_token()) {
       std::cout << "bootstrap admin token (shown once, stored only as a hash):\n  "
@@ -234,6 +371,7 @@ void AddServer(CLI::App& app, int* exit_code) {
     }
     std::cout.flush();
     WaitForSignal();
+    node_autoscaler.Stop();
     (*s)->Stop();
     *exit_code = 0;
   });
@@ -252,7 +390,9 @@ void AddServer(CLI::App& app, int* exit_code) {
   up->add_option("--gpus-per-node", *up_gpus, "GPUs per simulated node (default 8)");
   up->add_flag("--demo", *up_demo, "submit a 2-worker GPU job and print its logs");
   up->add_flag("--exit-after-demo", *up_exit, "with --demo: stop once the job ended (exit 0 if it succeeded)");
-  up->callback([=] { *exit_code = RunUp(*usf, *up_nodes, *up_gpu, *up_gpus, *up_demo, *up_exit); });
+  auto up_delay = std::make_shared<std::string>("180s");
+  up->add_option("--node-provision-delay", *up_delay, "with --node-pool: power-on to registration of an added node (default 180s)");
+  up->callback([=] { *exit_code = RunUp(*usf, *up_nodes, *up_gpu, *up_gpus, *up_demo, *up_exit, *up_delay); });
 
   auto a_server = std::make_shared<std::string>();
   auto a_token = std::make_shared<std::string>();

@@ -1,0 +1,276 @@
+#include "control/node_autoscaler.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "cluster/catalog.h"
+#include "control/control_plane.h"
+#include "control/job.h"
+
+namespace aicloud::control {
+namespace {
+
+using nlohmann::json;
+
+std::string CanonicalModel(const std::string& name) {
+  const cluster::GpuModelSpec* m = cluster::FindGpuModel(name);
+  return m != nullptr ? m->name : name;
+}
+
+// Quotes a word for /bin/sh.
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+// --- ScriptProvisioner ------------------------------------------------------------------------
+
+ScriptProvisioner::ScriptProvisioner(std::string script, NodeShape shape)
+    : script_(std::move(script)), shape_(std::move(shape)) {}
+
+ScriptProvisioner::~ScriptProvisioner() {
+  std::vector<std::thread> running;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    running.swap(running_);
+  }
+  for (std::thread& t : running) t.join();
+}
+
+Status ScriptProvisioner::Run(const std::string& verb, const std::string& node) {
+  if (script_.empty()) return FailedPreconditionError("no node hook script configured");
+  const std::string cmd = "AICLOUD_NODE=" + ShellQuote(node) + " " + ShellQuote(script_) + " " + verb + " " +
+                          ShellQuote(node) + " 2>&1";
+  std::lock_guard<std::mutex> l(mu_);
+  running_.emplace_back([this, cmd, verb, node] {
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) {
+      spdlog::warn("node hook {} {}: cannot start {}", verb, node, script_);
+      ++failed_;
+      return;
+    }
+    std::string tail;
+    std::array<char, 512> buf{};
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) {
+      tail.append(buf.data(), n);
+      if (tail.size() > 2048) tail.erase(0, tail.size() - 2048);
+    }
+    const int st = pclose(p);
+    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    if (code == 0) {
+      ++ok_;
+      spdlog::info("node hook {} {}: done", verb, node);
+    } else {
+      ++failed_;
+      spdlog::warn("node hook {} {}: exit {}: {}", verb, node, code, tail);
+    }
+  });
+  return OkStatus();
+}
+
+// --- NodeAutoscaler ---------------------------------------------------------------------------
+
+NodeAutoscaler::NodeAutoscaler(store::Store* store, ControlPlane* control, Clock* clock, Metrics* metrics,
+                               NodeProvisioner* provisioner, NodeAutoscalerOptions options)
+    : store_(store), control_(control), clock_(clock), provisioner_(provisioner), options_(std::move(options)) {
+  if (metrics != nullptr) {
+    powered_on_ = metrics->AddCounter("aicloud_node_autoscaler_powered_on_total",
+                                      "Nodes the cluster autoscaler powered on", {});
+    powered_off_ = metrics->AddCounter("aicloud_node_autoscaler_powered_off_total",
+                                       "Nodes the cluster autoscaler powered off", {"reason"});
+  }
+}
+
+NodeAutoscaler::~NodeAutoscaler() { Stop(); }
+
+Status NodeAutoscaler::Start() {
+  if (thread_.joinable()) return FailedPreconditionError("node autoscaler already started");
+  if (options_.max_nodes <= 0) return OkStatus();
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stop_) {
+      l.unlock();
+      Turn();
+      l.lock();
+      cv_.wait_for(l, options_.tick, [this] { return stop_; });
+    }
+  });
+  return OkStatus();
+}
+
+void NodeAutoscaler::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int NodeAutoscaler::active() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int>(added_.size());
+}
+
+std::string NodeAutoscaler::FreeName() const {
+  for (int i = 0;; ++i) {
+    const std::string n = options_.name_prefix + std::to_string(i);
+    if (!added_.count(n)) return n;
+  }
+}
+
+void NodeAutoscaler::Turn() {
+  if (options_.max_nodes <= 0) return;
+  const int64_t now = clock_->NowMicros();
+  StatusOr<store::ListResult> nodes = store_->List({.kind = "Node"});
+  StatusOr<store::ListResult> jobs = store_->List({.kind = "Job"});
+  if (!nodes.ok() || !jobs.ok()) {
+    spdlog::warn("node autoscaler: cannot list: {}", std::string((nodes.ok() ? jobs.status() : nodes.status()).message()));
+    return;
+  }
+  // Which nodes are Ready, which are busy, which did we add.
+  std::map<std::string, bool> ready;
+  std::set<std::string> labelled;
+  for (const json& n : nodes->items) {
+    const std::string name = n["metadata"].value("name", "");
+    ready[name] = n.value("status", json::object()).value("phase", "") == "Ready";
+    const json labels = n["metadata"].value("labels", json::object());
+    if (labels.is_object() && labels.value(kAutoscaledLabel, "") == "true") labelled.insert(name);
+  }
+  std::set<std::string> busy;
+  struct Pending {
+    std::string key;
+    JobSpec spec;
+  };
+  std::vector<Pending> pending;
+  for (const json& j : jobs->items) {
+    const json st = j.value("status", json::object());
+    const std::string phase = st.is_object() ? st.value("phase", "Pending") : "Pending";
+    if (phase == "Succeeded" || phase == "Failed") continue;
+    for (const json& w : st.value("workers", json::array())) {
+      if (w.is_object() && !w.value("node", "").empty()) busy.insert(w.value("node", ""));
+    }
+    if (phase == "Pending" && st.value("reason", "") == "Unschedulable") {
+      StatusOr<JobSpec> spec = ParseJobSpec(j.value("spec", json::object()));
+      if (spec.ok()) pending.push_back({j["metadata"].value("tenant", "") + "/" + j["metadata"].value("name", ""), *spec});
+    }
+  }
+
+  std::vector<std::string> to_power_on, to_power_off;
+  std::vector<std::pair<std::string, std::string>> off_reasons;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!loaded_) {  // nodes a previous server added
+      for (const std::string& n : labelled) {
+        if (ready[n]) added_[n] = {.powered_on_us = now, .registered = true};  // powered-off ones stay free
+      }
+      loaded_ = true;
+    }
+    // 1. Registration and provisioning timeouts.
+    for (auto& [name, a] : added_) {
+      if (!a.registered && ready[name]) {
+        a.registered = true;
+        spdlog::info("node autoscaler: {} registered {:.1f} s after power-on", name, (now - a.powered_on_us) / 1e6);
+      }
+      if (!a.registered && now - a.powered_on_us > options_.provision_timeout.count() * 1000) {
+        off_reasons.emplace_back(name, "provision_timeout");
+      }
+    }
+    // 2. Scale down: our Ready nodes that stayed empty.
+    for (auto& [name, a] : added_) {
+      if (!a.registered || !ready[name] || busy.count(name)) {
+        a.idle_since_us = 0;
+        continue;
+      }
+      if (a.idle_since_us == 0) a.idle_since_us = now;
+      if (now - a.idle_since_us >= options_.unneeded_for.count() * 1000) off_reasons.emplace_back(name, "unneeded");
+    }
+    for (const auto& [name, reason] : off_reasons) added_.erase(name);
+
+    // 3. Scale up, one wave at a time.
+    std::set<std::string> seen;
+    int64_t gpus = 0, cpu = 0, mem = 0;
+    const NodeShape shape = provisioner_->Shape();
+    const std::string shape_model = CanonicalModel(shape.gpu_model);
+    for (const Pending& p : pending) {
+      seen.insert(p.key);
+      auto [it, fresh] = unschedulable_since_.emplace(p.key, now);
+      if (now - it->second < options_.pending_for.count() * 1000) continue;
+      const JobSpec& s = p.spec;
+      const int worker_gpus = s.gpu_kind == sched::GpuKind::kNone ? 0 : std::max(1, s.gpu_count);
+      bool model_ok = s.gpu_models.empty() || shape_model.empty() ||
+                      std::find(s.gpu_models.begin(), s.gpu_models.end(), shape_model) != s.gpu_models.end();
+      if (!model_ok || worker_gpus > shape.gpus || s.cpu_milli > shape.cpu_millis || s.mem_mib > shape.memory_mib ||
+          !s.pool.empty()) {
+        continue;  // a new node of this shape would not help
+      }
+      gpus += int64_t{worker_gpus} * s.workers;
+      cpu += s.cpu_milli * s.workers;
+      mem += s.mem_mib * s.workers;
+    }
+    for (auto it = unschedulable_since_.begin(); it != unschedulable_since_.end();) {
+      it = seen.count(it->first) ? std::next(it) : unschedulable_since_.erase(it);
+    }
+    bool in_flight = false;
+    for (const auto& [name, a] : added_) in_flight |= !a.registered;
+    if (!in_flight && (gpus > 0 || cpu > 0 || mem > 0)) {
+      auto ceil_div = [](int64_t a, int64_t b) { return b <= 0 ? (a > 0 ? 1 << 20 : 0) : (a + b - 1) / b; };
+      int64_t want = std::max({ceil_div(gpus, shape.gpus), ceil_div(cpu, shape.cpu_millis), ceil_div(mem, shape.memory_mib)});
+      want = std::min<int64_t>(want, options_.max_nodes - static_cast<int>(added_.size()));
+      for (int64_t i = 0; i < want; ++i) {
+        const std::string name = FreeName();
+        added_[name] = {.powered_on_us = now};
+        to_power_on.push_back(name);
+      }
+      if (want > 0) {
+        spdlog::info("node autoscaler: unschedulable work needs {} GPU(s), {} mCPU, {} MiB: powering on {} node(s)",
+                     gpus, cpu, mem, want);
+      }
+    }
+  }
+
+  for (const auto& [name, reason] : off_reasons) {
+    Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();
+    if (!c.ok() && c.code() != StatusCode::kNotFound) spdlog::warn("node autoscaler: cordon {}: {}", name, std::string(c.message()));
+    Status off = provisioner_->PowerOff(name);
+    spdlog::info("node autoscaler: powering off {} ({}){}", name, reason, off.ok() ? "" : ": " + std::string(off.message()));
+    if (powered_off_ != nullptr) powered_off_->Inc({reason});
+  }
+  for (const std::string& name : to_power_on) {
+    // A released name comes back: let the scheduler use it again once it registers.
+    if (control_ != nullptr && store_->Get({"Node", "", name}).ok()) (void)control_->Cordon(name, false);
+    Status on = provisioner_->PowerOn(name);
+    if (!on.ok()) {
+      spdlog::warn("node autoscaler: power on {}: {}", name, std::string(on.message()));
+      std::lock_guard<std::mutex> l(mu_);
+      added_.erase(name);
+      continue;
+    }
+    if (powered_on_ != nullptr) powered_on_->Inc();
+  }
+  // Label the nodes we added once their Node objects exist (a restarted server finds them).
+  std::set<std::string> ours;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [name, a] : added_) if (a.registered && !labelled.count(name)) ours.insert(name);
+  }
+  for (const std::string& name : ours) {
+    StatusOr<json> n = store_->Get({"Node", "", name});
+    if (!n.ok()) continue;
+    json u = *n;
+    u["metadata"]["labels"][kAutoscaledLabel] = "true";
+    (void)store_->Update(u, store::ResourceVersionOf(*n));  // lost race: retried next turn
+  }
+}
+
+}  // namespace aicloud::control

@@ -1,0 +1,134 @@
+// NodeAutoscaler: adds nodes when jobs cannot be placed and gives back the nodes it added once
+// they sit empty — the cluster autoscaler of `aicloud server` and `aicloud up`.
+//
+//   ScriptProvisioner hooks("/etc/aicloud/node-hook", {.gpus = 8, .cpu_millis = 96000, ...});
+//   NodeAutoscaler na(store, &control, &clock, &hooks, {.max_nodes = 4});
+//   na.Start();   // a thread: one Turn() every options.tick
+//
+// Each turn:
+// 1. Scale up. Jobs Pending with reason Unschedulable for at least `pending_for` (the scheduler
+//    found no room) whose workers would fit on one new node (GPU count, CPU, memory, GPU model)
+//    are summed; ceil(demand / node shape) nodes — at most max_nodes added in all — are powered
+//    on: names `<prefix>0`, `<prefix>1`, ... (a released name is reused first). One wave at a
+//    time: nothing more is requested while a powered-on node has not registered yet (after
+//    `provision_timeout` it is powered off again and counted as failed).
+// 2. Scale down. A node this autoscaler added that is Ready with no job on it for
+//    `unneeded_for` (cluster-autoscaler's scale-down-unneeded-time, 10 min) is cordoned and
+//    powered off. Nodes it did not add are never touched; busy nodes are not drained to
+//    consolidate (a job is never moved to save a node).
+// The nodes it added carry the label aicloud/autoscaled=true on their Node object, so a
+// restarted server knows them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/clock.h"
+#include "core/metrics.h"
+#include "core/status.h"
+#include "store/store.h"
+
+namespace aicloud::control {
+
+class ControlPlane;
+
+inline constexpr char kAutoscaledLabel[] = "aicloud/autoscaled";
+
+// The capacity one new node brings.
+struct NodeShape {
+  int gpus = 8;
+  std::string gpu_model;  // canonical catalog name ("H100"); "" = any
+  int64_t cpu_millis = 64000;
+  int64_t memory_mib = 512 * 1024;
+};
+
+// How nodes come and go in this environment. Calls return quickly; the node registers (its
+// agent starts) some time after PowerOn.
+class NodeProvisioner {
+ public:
+  virtual ~NodeProvisioner() = default;
+  virtual Status PowerOn(const std::string& node) = 0;
+  virtual Status PowerOff(const std::string& node) = 0;
+  virtual NodeShape Shape() const = 0;
+};
+
+// Runs the operator's hook: `<script> up <node>` and `<script> down <node>` through /bin/sh in
+// the background (power on through IPMI, PXE install, start `aicloud agent --node <node>`...),
+// with AICLOUD_NODE set. Its exit status and the last lines of its output are logged.
+class ScriptProvisioner final : public NodeProvisioner {
+ public:
+  ScriptProvisioner(std::string script, NodeShape shape);
+  ~ScriptProvisioner() override;  // waits for running hooks
+  Status PowerOn(const std::string& node) override { return Run("up", node); }
+  Status PowerOff(const std::string& node) override { return Run("down", node); }
+  NodeShape Shape() const override { return shape_; }
+  // Hooks finished so far with exit status 0 / other.
+  int succeeded() const { return ok_.load(); }
+  int failed() const { return failed_.load(); }
+
+ private:
+  Status Run(const std::string& verb, const std::string& node);
+
+  std::string script_;
+  NodeShape shape_;
+  std::mutex mu_;
+  std::vector<std::thread> running_;  // GUARDED_BY(mu_)
+  std::atomic<int> ok_{0}, failed_{0};
+};
+
+struct NodeAutoscalerOptions {
+  int max_nodes = 0;  // nodes it may add in all; 0 = off
+  std::chrono::milliseconds pending_for{10000};
+  std::chrono::milliseconds unneeded_for{600000};
+  std::chrono::milliseconds provision_timeout{900000};
+  std::chrono::milliseconds tick{2000};
+  std::string name_prefix = "auto-";
+};
+
+class NodeAutoscaler {
+ public:
+  NodeAutoscaler(store::Store* store, ControlPlane* control, Clock* clock, Metrics* metrics,
+                 NodeProvisioner* provisioner, NodeAutoscalerOptions options);
+  ~NodeAutoscaler();  // Stop()
+
+  Status Start();
+  void Stop();
+  // One pass (what the thread runs each tick; tests call it with a fake clock).
+  void Turn();
+
+  // Nodes powered on and not (yet) released, registered or not.
+  int active() const;
+
+ private:
+  struct Added {
+    int64_t powered_on_us = 0;
+    bool registered = false;
+    int64_t idle_since_us = 0;  // 0 = busy (or not yet seen idle)
+  };
+
+  std::string FreeName() const;
+
+  store::Store* store_;
+  ControlPlane* control_;
+  Clock* clock_;
+  NodeProvisioner* provisioner_;
+  NodeAutoscalerOptions options_;
+  Counter* powered_on_ = nullptr;
+  Counter* powered_off_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::map<std::string, Added> added_;               // GUARDED_BY(mu_)
+  std::map<std::string, int64_t> unschedulable_since_;  // job key -> first seen; GUARDED_BY(mu_)
+  bool loaded_ = false;                              // added_ rebuilt from Node labels
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace aicloud::control

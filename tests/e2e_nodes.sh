@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# End-to-end test of the cluster autoscaler: `aicloud up` with one simulated 2-GPU node and a
+# node pool of 2 (nodes register 2 s after power-on). A gang job of 2 workers x 2 GPUs cannot be
+# placed on the one node: nodes are powered on, the job runs and succeeds, and the added nodes
+# are cordoned and powered off once they stayed empty for --node-unneeded.
+# Usage: tests/e2e_nodes.sh path/to/aicloud   (run from the repository root by ctest)
+# Needs jq. Prints PASS/FAIL lines; exits 1 when a check failed.
+set -u
+bin=$(realpath "${1:?usage: tests/e2e_nodes.sh path/to/aicloud}")
+command -v jq >/dev/null || { echo "FAIL prerequisites: jq not found"; exit 1; }
+tmp=$(mktemp -d /tmp/aicloud-nodes.XXXXXX)
+up_pid=
+cleanup() {
+  [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.1; done
+  [ -n "$up_pid" ] && kill -KILL "$up_pid" 2>/dev/null
+  wait 2>/dev/null
+  if [ "${E2E_KEEP:-0}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap 'cleanup 2>/dev/null' EXIT
+trap 'exit 1' INT TERM
+export AICLOUD_CONFIG=$tmp/admin.json
+failed=0
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; failed=1; }
+wait_until() {  # wait_until SECONDS CMD...
+  local end=$((SECONDS + $1)); shift
+  while :; do "$@" && return 0; [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
+}
+nodes() { "$bin" get nodes -o json 2>/dev/null | jq -c "$1"; }
+
+"$bin" up --data-dir "$tmp/up" --port 0 --sim-nodes 1 --gpus-per-node 2 --node-pool 2 \
+  --node-provision-delay 2s --node-pending 2s --node-unneeded 6s >"$tmp/up.log" 2>&1 &
+up_pid=$!
+wait_until 30 grep -qs "aicloud up: ready" "$tmp/up.log" || { fail up "$(tail -5 "$tmp/up.log")"; exit 1; }
+grep -q "cluster autoscaler on: up to 2" "$tmp/up.log" && pass up || fail up "$(head -8 "$tmp/up.log")"
+
+cat >"$tmp/job.yaml" <<YAML
+apiVersion: aicloud/v1
+kind: Job
+metadata: {name: wide, tenant: demo}
+spec:
+  workers: 2
+  command: "echo worker \$AICLOUD_WORKER on \$(hostname); sleep 2"
+  resources: {cpu: "1", memory: 1Gi, gpu: {count: 2}}
+YAML
+"$bin" apply -f "$tmp/job.yaml" >/dev/null 2>&1 || fail apply "$("$bin" apply -f "$tmp/job.yaml" 2>&1)"
+job() { "$bin" get job wide -o json 2>/dev/null | jq -r "$1"; }
+
+c=unschedulable-first
+wait_until 10 sh -c "[ \"\$('$bin' get job wide -o json 2>/dev/null | jq -r .status.reason)\" = Unschedulable ]" \
+  && pass $c || fail $c "$(job .status)"
+
+c=nodes-added
+t0=$SECONDS
+if wait_until 60 sh -c "'$bin' get nodes -o json 2>/dev/null | jq -e '[.items[] | select(.metadata.name | startswith(\"auto-\")) | select(.status.phase == \"Ready\")] | length >= 1' >/dev/null"; then
+  pass "$c ($(nodes '[.items[] | select(.metadata.name | startswith("auto-")) | .metadata.name]') Ready after $((SECONDS - t0)) s)"
+else
+  fail $c "$(nodes '[.items[] | {n: .metadata.name, p: .status.phase}]'); $(grep 'node autoscaler' "$tmp/up.log" | tail -3)"
+fi
+
+c=job-ran-on-added-node
+if wait_until 60 sh -c "[ \"\$('$bin' get job wide -o json 2>/dev/null | jq -r .status.phase)\" = Succeeded ]"; then
+  on=$(job '[.status.workers[].node] | join(",")')
+  grep -q auto- <<<"$on" && pass "$c (workers on $on)" || fail $c "workers on $on"
+else
+  fail $c "$(job .status)"
+fi
+
+c=idle-nodes-powered-off
+if wait_until 60 sh -c "'$bin' get nodes -o json 2>/dev/null | jq -e '[.items[] | select(.metadata.name | startswith(\"auto-\")) | select(.spec.unschedulable != true)] | length == 0' >/dev/null"; then
+  pass "$c ($(grep -c 'powering off' "$tmp/up.log") powered off: $(grep 'powering off' "$tmp/up.log" | sed 's/.*powering off //' | tr '\n' ' '))"
+else
+  fail $c "$(nodes '[.items[] | {n: .metadata.name, p: .status.phase, u: .spec.unschedulable}]')"
+fi
+c=powered-off-agents-gone
+wait_until 30 sh -c "'$bin' get nodes -o json 2>/dev/null | jq -e '[.items[] | select(.metadata.name | startswith(\"auto-\")) | select(.status.phase == \"Ready\")] | length == 0' >/dev/null" \
+  && pass $c || fail $c "$(nodes '[.items[] | {n: .metadata.name, p: .status.phase}]')"
+grep -q "sim-0" <<<"$(nodes '[.items[] | select(.spec.unschedulable != true) | .metadata.name]')" \
+  && pass own-node-kept || fail own-node-kept "$(nodes '[.items[] | {n: .metadata.name, u: .spec.unschedulable}]')"
+
+[ $failed = 0 ] && echo "e2e_nodes: all checks passed" || { echo "e2e_nodes: FAILED"; grep -v '^usage' "$tmp/up.log" | tail -30; }
+exit $failed
