@@ -18,6 +18,15 @@ namespace {
 
 using nlohmann::json;
 
+// Free capacity of a node in the sizing pass.
+struct Room {
+  int64_t gpus = 0, cpu = 0, mem = 0;  // GPUs, mCPU, MiB
+  std::string model;
+};
+
+// Whole GPUs one worker takes (a fraction or a MIG slice counts as one: the pass is coarse).
+int64_t WorkerGpus(const JobSpec& s) { return s.gpu_kind == sched::GpuKind::kNone ? 0 : std::max(1, s.gpu_count); }
+
 std::string CanonicalModel(const std::string& name) {
   const cluster::GpuModelSpec* m = cluster::FindGpuModel(name);
   return m != nullptr ? m->name : name;
@@ -141,9 +150,18 @@ void NodeAutoscaler::Turn() {
   // Which nodes are Ready, which are busy, which did we add.
   std::map<std::string, bool> ready;
   std::set<std::string> labelled;
+  std::map<std::string, Room> free;  // Ready, schedulable nodes: capacity, then minus what runs there
   for (const json& n : nodes->items) {
     const std::string name = n["metadata"].value("name", "");
     ready[name] = n.value("status", json::object()).value("phase", "") == "Ready";
+    const json spec = n.value("spec", json::object());
+    if (ready[name] && spec.is_object() && !spec.value("unschedulable", false)) {
+      const json gpus = spec.value("gpus", json::array());
+      free[name] = {.gpus = static_cast<int64_t>(gpus.size()),
+                    .cpu = spec.value("cpuMillis", int64_t{0}),
+                    .mem = spec.value("memoryBytes", int64_t{0}) >> 20,
+                    .model = gpus.empty() ? "" : CanonicalModel(gpus[0].value("model", ""))};
+    }
     const json labels = n["metadata"].value("labels", json::object());
     if (labels.is_object() && labels.value(kAutoscaledLabel, "") == "true") labelled.insert(name);
   }
@@ -157,12 +175,20 @@ void NodeAutoscaler::Turn() {
     const json st = j.value("status", json::object());
     const std::string phase = st.is_object() ? st.value("phase", "Pending") : "Pending";
     if (phase == "Succeeded" || phase == "Failed") continue;
+    StatusOr<JobSpec> spec = ParseJobSpec(j.value("spec", json::object()));
     for (const json& w : st.value("workers", json::array())) {
-      if (w.is_object() && !w.value("node", "").empty()) busy.insert(w.value("node", ""));
+      const std::string node = w.is_object() ? w.value("node", "") : "";
+      if (node.empty()) continue;
+      busy.insert(node);
+      auto it = free.find(node);
+      if (it != free.end() && spec.ok()) {
+        it->second.gpus -= WorkerGpus(*spec);
+        it->second.cpu -= spec->cpu_milli;
+        it->second.mem -= spec->mem_mib;
+      }
     }
-    if (phase == "Pending" && st.value("reason", "") == "Unschedulable") {
-      StatusOr<JobSpec> spec = ParseJobSpec(j.value("spec", json::object()));
-      if (spec.ok()) pending.push_back({j["metadata"].value("tenant", "") + "/" + j["metadata"].value("name", ""), *spec});
+    if (phase == "Pending" && st.value("reason", "") == "Unschedulable" && spec.ok()) {
+      pending.push_back({j["metadata"].value("tenant", "") + "/" + j["metadata"].value("name", ""), *spec});
     }
   }
 
@@ -207,16 +233,32 @@ void NodeAutoscaler::Turn() {
       auto [it, fresh] = unschedulable_since_.emplace(p.key, now);
       if (now - it->second < options_.pending_for.count() * 1000) continue;
       const JobSpec& s = p.spec;
-      const int worker_gpus = s.gpu_kind == sched::GpuKind::kNone ? 0 : std::max(1, s.gpu_count);
-      bool model_ok = s.gpu_models.empty() || shape_model.empty() ||
-                      std::find(s.gpu_models.begin(), s.gpu_models.end(), shape_model) != s.gpu_models.end();
-      if (!model_ok || worker_gpus > shape.gpus || s.cpu_milli > shape.cpu_millis || s.mem_mib > shape.memory_mib ||
-          !s.pool.empty()) {
+      const int64_t worker_gpus = WorkerGpus(s);
+      auto model_ok = [&](const std::string& model) {
+        return s.gpu_models.empty() || model.empty() ||
+               std::find(s.gpu_models.begin(), s.gpu_models.end(), model) != s.gpu_models.end();
+      };
+      if (!model_ok(shape_model) || worker_gpus > shape.gpus || s.cpu_milli > shape.cpu_millis ||
+          s.mem_mib > shape.memory_mib || !s.pool.empty()) {
         continue;  // a new node of this shape would not help
       }
-      gpus += int64_t{worker_gpus} * s.workers;
-      cpu += s.cpu_milli * s.workers;
-      mem += s.mem_mib * s.workers;
+      // Workers that fit in the room left on existing nodes (first fit) need no new node; the
+      // others are the demand. (The scheduler may still have reasons this pass does not see.)
+      for (int w = 0; w < s.workers; ++w) {
+        bool placed = false;
+        for (auto& [name, room] : free) {
+          if (room.gpus >= worker_gpus && room.cpu >= s.cpu_milli && room.mem >= s.mem_mib &&
+              (worker_gpus == 0 || model_ok(room.model))) {
+            room.gpus -= worker_gpus, room.cpu -= s.cpu_milli, room.mem -= s.mem_mib;
+            placed = true;
+            break;
+          }
+        }
+        if (placed) continue;
+        gpus += worker_gpus;
+        cpu += s.cpu_milli;
+        mem += s.mem_mib;
+      }
     }
     for (auto it = unschedulable_since_.begin(); it != unschedulable_since_.end();) {
       it = seen.count(it->first) ? std::next(it) : unschedulable_since_.erase(it);

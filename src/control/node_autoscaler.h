@@ -8,8 +8,9 @@
 // Each turn:
 // 1. Scale up. Jobs Pending with reason Unschedulable for at least `pending_for` (the scheduler
 //    found no room) whose workers would fit on one new node (GPU count, CPU, memory, GPU model)
-//    are summed; ceil(demand / node shape) nodes — at most max_nodes added in all — are powered
-//    on: names `<prefix>0`, `<prefix>1`, ... (a released name is reused first). One wave at a
+//    are considered; workers that fit (first fit) in the room left on Ready nodes are taken
+//    off, the rest summed, and ceil(demand / node shape) nodes — at most max_nodes added in
+//    all — are powered on: names `<prefix>0`, `<prefix>1`, ... (a released name is reused first). One wave at a
 //    time: nothing more is requested while a powered-on node has not registered yet (after
 //    `provision_timeout` it is powered off again and counted as failed).
 // 2. Scale down. A node this autoscaler added that is Ready with no job on it for

@@ -114,6 +114,25 @@ TEST_F(NodeAutoscalerTest, PowersOnEnoughNodesForUnschedulableJobsThenReleasesId
   EXPECT_EQ(prov_.on.size(), 3u);
 }
 
+TEST_F(NodeAutoscalerTest, RoomLeftOnReadyNodesIsUsedBeforeAddingNodes) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, {.max_nodes = 4, .pending_for = std::chrono::seconds(1)});
+  json gpus = json::array();
+  for (int i = 0; i < 8; ++i) gpus.push_back({{"index", i}, {"model", "H100"}});
+  ASSERT_TRUE(store_.Create({{"apiVersion", "aicloud/v1"}, {"kind", "Node"}, {"metadata", {{"name", "n1"}}},
+                             {"spec", {{"gpus", gpus}, {"cpuMillis", 64000}, {"memoryBytes", int64_t{512} << 30}}},
+                             {"status", {{"phase", "Ready"}}}})
+                  .ok());
+  Job("running", Gpus(1, 4), "Running", "", "n1");           // n1: 4 of 8 GPUs left
+  Job("gang", Gpus(4, 2), "Pending", "Unschedulable");       // 8 GPUs: 2 workers fit on n1
+  Job("wide", Gpus(3, 4), "Pending", "Unschedulable");       // 12 GPUs, none fit any more
+  clock_.Advance(2'000'000);
+  na.Turn();
+  clock_.Advance(2'000'000);
+  na.Turn();
+  // (8 - 4) + 12 = 16 GPUs of new nodes: two, not three.
+  EXPECT_EQ(prov_.on, (std::vector<std::string>{"auto-0", "auto-1"}));
+}
+
 TEST_F(NodeAutoscalerTest, IgnoresJobsANewNodeCouldNotHostAndRespectsMaxNodes) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, {.max_nodes = 1, .pending_for = std::chrono::seconds(1)});
   Job("huge", Gpus(1, 16), "Pending", "Unschedulable");         // 16 GPUs per worker > 8
