@@ -486,6 +486,28 @@ StatusOr<ServingRun> RunServing(const ServingTrace& trace, const ServingConfig& 
   return replay.Run();
 }
 
+int PeakProvisionedReplicas(const ServingTrace& trace, const ReplicaModel& model, double window_s,
+                            double utilization) {
+  const fleet::ReplicaCapacity cap = model.Capacity();
+  if (trace.requests.empty() || window_s <= 0 || utilization <= 0 || cap.prefill_tokens_per_s <= 0 ||
+      cap.decode_tokens_per_s <= 0) {
+    return 0;
+  }
+  // Two pointers over arrivals (sorted): the work arriving in [t, t + window_s).
+  double peak = 0, work = 0;
+  size_t lo = 0, hi = 0;
+  const std::vector<ServingRequest>& r = trace.requests;
+  auto cost = [&](const ServingRequest& q) {
+    return q.prompt_tokens / cap.prefill_tokens_per_s + q.output_tokens / cap.decode_tokens_per_s;
+  };
+  for (double t = r.front().arrival_s; t <= r.back().arrival_s; t += 10) {
+    while (hi < r.size() && r[hi].arrival_s < t + window_s) work += cost(r[hi++]);
+    while (lo < hi && r[lo].arrival_s < t) work -= cost(r[lo++]);
+    peak = std::max(peak, work);
+  }
+  return std::max(1, static_cast<int>(std::ceil(peak / window_s / utilization)));
+}
+
 StatusOr<ServingRun> RunStaticBaseline(const ServingTrace& trace, ServingConfig config, double target,
                                        int max_replicas) {
   config.policy = "static";

@@ -98,6 +98,14 @@ StatusOr<ServingRun> RunStaticBaseline(const ServingTrace& trace, ServingConfig 
 // before setting a concurrency target.
 double ProfiledConcurrency(const ServingRun& static_run);
 
+// Static peak provisioning as an operator sizes it without replaying the trace: the replicas
+// whose profiled capacity (ReplicaModel::Capacity: prefill tokens/s, decode tokens/s at a full
+// batch) serves the busiest `window_s` of offered work at `utilization` — ceil(max over windows
+// of sum(prompt / prefill_tps + output / decode_tps) / window_s / utilization). Windows start
+// every 10 s.
+int PeakProvisionedReplicas(const ServingTrace& trace, const ReplicaModel& model, double window_s = 60,
+                            double utilization = 0.7);
+
 // Offered work over (t - window, t] in replicas at 100% (prompt tokens / prefill rate + output
 // tokens / decode rate), per second.
 double OfferedLoad(const ServingTrace& trace, const ReplicaModel& model, double t_s, double window_s);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace aicloud::sim {
@@ -134,6 +135,22 @@ TEST(ServingSimTest, StaticBaselineFindsTheSmallestCount) {
   }
   c.slo.ttft_p99_ms = 1;  // impossible
   EXPECT_EQ(RunStaticBaseline(t, c, 0.99, 4).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ServingSimTest, PeakProvisioningSizesForTheBusiestMinute) {
+  ReplicaModel m;
+  const fleet::ReplicaCapacity cap = m.Capacity();
+  // Each request is ~1 s of one replica's work: prompt_tokens = prefill capacity, no output.
+  const int prompt = static_cast<int>(cap.prefill_tokens_per_s);  // a hair under 1 s
+  ServingTrace t;
+  for (int i = 0; i < 600; ++i) t.requests.push_back({.arrival_s = i * 1.0, .prompt_tokens = prompt});  // 1 per s
+  for (int i = 0; i < 120; ++i) t.requests.push_back({.arrival_s = 300 + i * 0.5, .prompt_tokens = prompt});  // +2 per s for a minute
+  std::sort(t.requests.begin(), t.requests.end(),
+            [](const ServingRequest& a, const ServingRequest& b) { return a.arrival_s < b.arrival_s; });
+  // Busiest minute: 60 + 120 replica-seconds = 3 replicas busy; at 70% -> ceil(4.29) = 5.
+  EXPECT_EQ(PeakProvisionedReplicas(t, m, 60, 0.7), 5);
+  EXPECT_EQ(PeakProvisionedReplicas(t, m, 60, 1.0), 3);
+  EXPECT_EQ(PeakProvisionedReplicas(ServingTrace{}, m), 0);
 }
 
 TEST(ServingSimTest, BadConfig) {
