@@ -131,7 +131,7 @@ void AddGateway(CLI::App& app, int* exit_code) {
   cmd->add_option("--policy", f->policy, "routing: score (GIE weights), least-request, round-robin, prefix")
       ->capture_default_str();
   cmd->add_option("--threads", f->threads, "I/O threads")->capture_default_str();
-  cmd->add_option("--workers", f->workers, "handler threads (one per request in flight)")->capture_default_str();
+  cmd->add_option("--workers", f->workers, "threads for held requests and streams (one each)")->capture_default_str();
   cmd->add_option("--scrape-ms", f->scrape_ms, "replica /metrics period in ms (0: off)")->capture_default_str();
   cmd->add_option("--hold-queue", f->hold_queue, "requests held per deployment while no replica is ready")
       ->capture_default_str();
