@@ -7,10 +7,16 @@
 // in interleaved rounds, and reporting p50/p99/p99.9 and the latency each proxy adds.
 //
 //   gateway_bench --rate 5000 --seconds 5 --rounds 4 [--connections 64] [--json out.json]
+//                 [--worker-path] [--stub-workers] [--proxy-threads N] [--only TARGET]
 //
-// The stub answers a fixed chat.completion body (with usage) from an http::Server. Latency is
-// measured from each request's scheduled send time (open loop: a late send counts against the
-// system, so coordinated omission does not hide queueing). Results: bench/RESULTS.md section 8.
+// --worker-path adds a fourth target, "gw-worker": a second gateway with fast_path off, so every
+// request takes a worker thread and a blocking upstream client (the gateway before the fast path).
+// The stub answers a fixed chat.completion body (with usage) from an http::Server, inline on its
+// I/O thread (--stub-workers: through its worker pool, as the stub did before). --proxy-threads
+// gives the gateways that many I/O threads and nginx that many worker processes; --only runs one
+// target besides direct (for profiling it). Latency is measured from each request's scheduled
+// send time (open loop: a late send counts against the system, so coordinated omission does not
+// hide queueing). Results: bench/RESULTS.md section 8.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -57,6 +63,10 @@ struct Flags {
   std::string json_out;
   std::string policy = "score";
   bool limits = true;  // give the key rpm/tpm limits and a budget (the full admission path)
+  bool worker_path = false;
+  bool stub_workers = false;
+  std::string only;  // run this target alone (for profiling), besides direct
+  int proxy_threads = 1;  // the gateway's I/O threads and nginx's worker processes
 };
 
 const char kStubBody[] =
@@ -247,7 +257,11 @@ pid_t StartNginx(const Flags& f, uint16_t stub_port, uint16_t port, std::string*
   chmod(dir.c_str(), 0777);
   *dir_out = dir;
   std::ofstream conf(dir + "/nginx.conf");
-  conf << "worker_processes 1;\ndaemon off;\nmaster_process off;\npid " << dir << "/nginx.pid;\n"
+  // One worker runs without a master (one process, like the gateway's one I/O thread); several
+  // need the master, and reuseport spreads the connections over them.
+  const bool several = f.proxy_threads > 1;
+  conf << "worker_processes " << f.proxy_threads << ";\ndaemon off;\nmaster_process " << (several ? "on" : "off")
+       << ";\npid " << dir << "/nginx.pid;\n"
        << "error_log " << dir << "/error.log warn;\n"
        << "events { worker_connections 4096; }\n"
        << "http {\n  access_log off;\n"
@@ -256,7 +270,7 @@ pid_t StartNginx(const Flags& f, uint16_t stub_port, uint16_t port, std::string*
        << "  fastcgi_temp_path " << dir << "/fcgi;\n  uwsgi_temp_path " << dir << "/uwsgi;\n"
        << "  scgi_temp_path " << dir << "/scgi;\n"
        << "  upstream stub { server 127.0.0.1:" << stub_port << "; keepalive 256; }\n"
-       << "  server {\n    listen 127.0.0.1:" << port << ";\n"
+       << "  server {\n    listen 127.0.0.1:" << port << (several ? " reuseport" : "") << ";\n"
        << "    location / {\n      proxy_pass http://stub;\n      proxy_http_version 1.1;\n"
        << "      proxy_set_header Connection \"\";\n    }\n  }\n}\n";
   conf.close();
@@ -316,10 +330,16 @@ int Main(int argc, char** argv) {
     else if (a == "--json") f.json_out = val();
     else if (a == "--policy") f.policy = val();
     else if (a == "--no-limits") f.limits = false;
+    else if (a == "--worker-path") f.worker_path = true;
+    else if (a == "--stub-workers") f.stub_workers = true;
+    else if (a == "--only") f.only = val();
+    else if (a == "--proxy-threads") f.proxy_threads = std::max(1, std::stoi(val()));
     else {
       std::fprintf(stderr,
                    "usage: gateway_bench [--rate R] [--seconds S] [--warmup S] [--rounds N] [--connections C]\n"
-                   "                     [--nginx PATH] [--policy P] [--no-limits] [--json FILE]\n");
+                   "                     [--nginx PATH] [--policy P] [--no-limits] [--json FILE]\n"
+                   "                     [--worker-path] [--stub-workers] [--only TARGET]\n"
+                   "                     [--proxy-threads N]\n");
       return 2;
     }
   }
@@ -330,7 +350,13 @@ int Main(int argc, char** argv) {
   stub_router.Add("POST", "/v1/chat/completions", [](http::Request&) {
     return http::Response::Text(200, kStubBody, "application/json");
   });
-  auto stub = http::Server::Start({.io_threads = 1, .worker_threads = 2}, [&](http::Request& r) { return stub_router.Dispatch(r); });
+  auto stub = f.stub_workers
+                  ? http::Server::Start({.io_threads = 1, .worker_threads = 2},
+                                        [&](http::Request& r) { return stub_router.Dispatch(r); })
+                  : http::Server::Start({.io_threads = 1, .worker_threads = 2},
+                                        [&](http::Request& r, http::Responder respond) {
+                                          respond(stub_router.Dispatch(r));  // a fixed answer: no need for a worker
+                                        });
   if (!stub.ok()) {
     std::fprintf(stderr, "error: stub: %s\n", stub.status().message().c_str());
     return 1;
@@ -362,10 +388,23 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "error: gateway: %s\n", gw.status().message().c_str());
     return 1;
   }
-  auto gws = gateway::GatewayServer::Start(gw->get(), {.io_threads = 1, .worker_threads = 8}, 8);
+  auto gws = gateway::GatewayServer::Start(gw->get(), {.io_threads = f.proxy_threads, .worker_threads = 8}, 8);
   if (!gws.ok()) {
     std::fprintf(stderr, "error: gateway server: %s\n", gws.status().message().c_str());
     return 1;
+  }
+  // The same gateway with every request on a worker (the path before the fast path).
+  std::unique_ptr<gateway::Gateway> gw_worker;
+  std::unique_ptr<gateway::GatewayServer> gws_worker;
+  if (f.worker_path) {
+    gateway::GatewayOptions wo = o;
+    wo.fast_path = false;
+    auto g = gateway::Gateway::Create({.directory = &dir, .authenticate = keys.AsAuthenticator(), .usage = &sink}, wo);
+    if (!g.ok()) return 1;
+    gw_worker = std::move(*g);
+    auto s = gateway::GatewayServer::Start(gw_worker.get(), {.io_threads = f.proxy_threads, .worker_threads = 8}, 8);
+    if (!s.ok()) return 1;
+    gws_worker = std::move(*s);
   }
 
   std::string nginx_dir, why;
@@ -386,15 +425,21 @@ int Main(int argc, char** argv) {
   };
   std::vector<Target> targets = {{"direct", stub_port, {}}, {"gateway", (*gws)->port(), {}}};
   if (nginx != 0) targets.push_back({"nginx", nginx_port, {}});
+  if (gws_worker) targets.push_back({"gw-worker", gws_worker->port(), {}});
+  if (!f.only.empty()) {
+    std::erase_if(targets, [&](const Target& t) { return t.name != f.only && t.name != "direct"; });
+  }
 
-  std::printf("gateway_bench: %.0f req/s, %d connections, %d rounds x %.1f s (+%.1f s warm-up) per target, policy %s, limits %s\n",
-              f.rate, f.connections, f.rounds, f.seconds, f.warmup, f.policy.c_str(), f.limits ? "on" : "off");
+  std::printf("gateway_bench: %.0f req/s, %d connections, %d rounds x %.1f s (+%.1f s warm-up) per target, policy %s, limits %s, "
+              "proxy threads %d, stub %s\n",
+              f.rate, f.connections, f.rounds, f.seconds, f.warmup, f.policy.c_str(), f.limits ? "on" : "off",
+              f.proxy_threads, f.stub_workers ? "workers" : "inline");
   for (int r = 0; r < f.rounds; ++r) {
     for (size_t k = 0; k < targets.size(); ++k) {  // rotate the order each round
       Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
       Result x = Run(t.port, request(t.port), f.rate, f.seconds, f.warmup, f.connections);
       std::vector<double> copy = x.lat_us;
-      std::printf("  round %d %-8s n=%zu p50 %7.1f us  p99 %7.1f us  errors %lld late %lld\n", r + 1, t.name.c_str(),
+      std::printf("  round %d %-9s n=%zu p50 %7.1f us  p99 %7.1f us  errors %lld late %lld\n", r + 1, t.name.c_str(),
                   x.lat_us.size(), Pct(copy, 50), Pct(copy, 99), static_cast<long long>(x.errors),
                   static_cast<long long>(x.late));
       std::fflush(stdout);
@@ -407,27 +452,30 @@ int Main(int argc, char** argv) {
   nlohmann::json out = {{"rate", f.rate}, {"seconds", f.seconds}, {"rounds", f.rounds}, {"connections", f.connections},
                         {"policy", f.policy}, {"limits", f.limits}};
   std::map<std::string, std::array<double, 3>> pct;
-  std::printf("\n%-8s %9s %10s %10s %10s %8s\n", "target", "requests", "p50 us", "p99 us", "p99.9 us", "errors");
+  std::printf("\n%-9s %9s %10s %10s %10s %8s\n", "target", "requests", "p50 us", "p99 us", "p99.9 us", "errors");
   for (Target& t : targets) {
     std::array<double, 3> p = {Pct(t.all.lat_us, 50), Pct(t.all.lat_us, 99), Pct(t.all.lat_us, 99.9)};
     pct[t.name] = p;
-    std::printf("%-8s %9zu %10.1f %10.1f %10.1f %8lld\n", t.name.c_str(), t.all.lat_us.size(), p[0], p[1], p[2],
+    std::printf("%-9s %9zu %10.1f %10.1f %10.1f %8lld\n", t.name.c_str(), t.all.lat_us.size(), p[0], p[1], p[2],
                 static_cast<long long>(t.all.errors));
     out["targets"][t.name] = {{"requests", t.all.lat_us.size()}, {"p50_us", p[0]}, {"p99_us", p[1]}, {"p999_us", p[2]},
                               {"errors", t.all.errors}, {"late_sends", t.all.late}};
   }
   std::printf("\nadded latency over direct (difference of percentiles):\n");
-  for (const char* name : {"gateway", "nginx"}) {
+  for (const char* name : {"gateway", "nginx", "gw-worker"}) {
     if (!pct.contains(name)) continue;
     std::array<double, 3> a;
     for (int i = 0; i < 3; ++i) a[i] = pct[name][i] - pct["direct"][i];
-    std::printf("%-8s p50 %+8.1f us  p99 %+8.1f us  p99.9 %+8.1f us\n", name, a[0], a[1], a[2]);
+    std::printf("%-9s p50 %+8.1f us  p99 %+8.1f us  p99.9 %+8.1f us\n", name, a[0], a[1], a[2]);
     out["added"][name] = {{"p50_us", a[0]}, {"p99_us", a[1]}, {"p999_us", a[2]}};
   }
-  if (pct.contains("nginx")) {
+  if (pct.contains("nginx") && pct.contains("gateway")) {
     const double g = pct["gateway"][1] - pct["direct"][1], n = pct["nginx"][1] - pct["direct"][1];
+    const double g50 = pct["gateway"][0] - pct["direct"][0], n50 = pct["nginx"][0] - pct["direct"][0];
     std::printf("gateway added p99 / nginx added p99 = %.2f (bar: <= 1.2); gateway added p99 %.0f us (bar: < 1000)\n",
                 n > 0 ? g / n : NAN, g);
+    std::printf("gateway added p50 / nginx added p50 = %.2f\n", n50 > 0 ? g50 / n50 : NAN);
+    out["ratio_p50_added"] = n50 > 0 ? g50 / n50 : -1;
     out["ratio_p99_added"] = n > 0 ? g / n : -1;
   }
   if (!f.json_out.empty()) std::ofstream(f.json_out) << out.dump(2) << "\n";
@@ -439,6 +487,8 @@ int Main(int argc, char** argv) {
   }
   (*gws)->Stop();
   (*gw)->Stop();
+  if (gws_worker) gws_worker->Stop();
+  if (gw_worker) gw_worker->Stop();
   (*stub)->Stop();
   return 0;
 }

@@ -29,6 +29,7 @@ struct GatewayFlags {
   int64_t default_max_tokens = 1024;
   std::string usage_log = "-";
   std::string budget_db;
+  bool no_fast_path = false;
 };
 
 int Fail(const Status& st) {
@@ -91,6 +92,7 @@ int Run(const GatewayFlags& f) {
   o.hold_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.hold_timeout_s * 1000));
   o.upstream_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.upstream_timeout_s * 1000));
   o.default_max_tokens = f.default_max_tokens;
+  o.fast_path = !f.no_fast_path;
   StatusOr<std::unique_ptr<gateway::Gateway>> gw = gateway::Gateway::Create(
       {.directory = &directory, .authenticate = keys.AsAuthenticator(), .usage = sink.get(), .store = store.get()}, o);
   if (!gw.ok()) return Fail(gw.status());
@@ -131,7 +133,8 @@ void AddGateway(CLI::App& app, int* exit_code) {
   cmd->add_option("--policy", f->policy, "routing: score (GIE weights), least-request, round-robin, prefix")
       ->capture_default_str();
   cmd->add_option("--threads", f->threads, "I/O threads")->capture_default_str();
-  cmd->add_option("--workers", f->workers, "handler threads (one per request in flight)")->capture_default_str();
+  cmd->add_option("--workers", f->workers, "threads for held requests and streams (one each)")->capture_default_str();
+  cmd->add_flag("--no-fast-path", f->no_fast_path, "run every request on a worker thread with a blocking upstream client");
   cmd->add_option("--scrape-ms", f->scrape_ms, "replica /metrics period in ms (0: off)")->capture_default_str();
   cmd->add_option("--hold-queue", f->hold_queue, "requests held per deployment while no replica is ready")
       ->capture_default_str();

@@ -65,6 +65,18 @@ struct Gateway::Attempted {
   std::shared_ptr<ReplicaState> replica;
 };
 
+// A fast-path request between its upstream attempts (see TryNextReplica).
+struct Gateway::AsyncForward {
+  std::shared_ptr<Call> call;
+  std::shared_ptr<const Route> route;
+  http::Responder respond;
+  http::EventLoop* loop = nullptr;
+  std::string target;
+  std::vector<std::string> tried;  // replica urls, as in Forward
+  int attempt = 0;
+  Attempted a;
+};
+
 // Shared by a stream's pump thread (upstream reader) and the server's stream thread (writer).
 struct Gateway::Pipe {
   std::mutex mu;
@@ -104,7 +116,8 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
                 const auto wall = wall_anchor_ + std::chrono::microseconds(clock_->NowMicros() - clock_anchor_);
                 return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(wall.time_since_epoch()).count());
               }),
-      replicas_(options_.upstream_timeout, options_.max_idle_connections) {
+      replicas_(options_.upstream_timeout, options_.max_idle_connections),
+      upstream_({.timeout = options_.upstream_timeout, .max_idle_per_upstream = options_.max_idle_connections}) {
   std::random_device rd;
   char buf[32];
   std::snprintf(buf, sizeof(buf), "gw-%08x-", rd());
@@ -118,6 +131,10 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
   cost_ = metrics_.AddCounter("aicloud_gateway_cost_total", "Cost charged to budgets, by tenant.", {"tenant"});
   retries_ = metrics_.AddCounter("aicloud_gateway_upstream_retries_total",
                                  "Attempts retried on another replica after a connection failure.", {"deployment"});
+  handled_ = metrics_.AddCounter("aicloud_gateway_handled_total",
+                                 "Requests by where the gateway ran them: fast = on the server's I/O thread with an "
+                                 "asynchronous upstream call (or refused there), worker = on a worker thread.",
+                                 {"path"});
   latency_ = metrics_.AddHistogram("aicloud_gateway_request_duration_seconds", "Arrival to last byte.", {"model"},
                                    Histogram::LatencyBuckets());
   overhead_ = metrics_.AddHistogram("aicloud_gateway_overhead_seconds",
@@ -169,9 +186,14 @@ int Gateway::Held(std::string_view deployment) {
 
 void Gateway::AddRoutes(http::Router* router) {
   router->Add("GET", "/v1/models", [this](http::Request& r) { return ListModels(r); });
-  router->Add("POST", "/v1/chat/completions", [this](http::Request& r) { return Handle(Endpoint::kChat, r); });
-  router->Add("POST", "/v1/completions", [this](http::Request& r) { return Handle(Endpoint::kCompletions, r); });
-  router->Add("POST", "/v1/embeddings", [this](http::Request& r) { return Handle(Endpoint::kEmbeddings, r); });
+  router->AddAsync("POST", "/v1/chat/completions",
+                   [this](http::Request& r, http::Responder respond) { HandleAsync(Endpoint::kChat, r, std::move(respond)); });
+  router->AddAsync("POST", "/v1/completions", [this](http::Request& r, http::Responder respond) {
+    HandleAsync(Endpoint::kCompletions, r, std::move(respond));
+  });
+  router->AddAsync("POST", "/v1/embeddings", [this](http::Request& r, http::Responder respond) {
+    HandleAsync(Endpoint::kEmbeddings, r, std::move(respond));
+  });
 }
 
 http::Response Gateway::MetricsResponse() const {
@@ -227,6 +249,41 @@ http::Response Gateway::Refuse(Call& call, std::string_view reason, http::Respon
 
 http::Response Gateway::Handle(Endpoint endpoint, http::Request& req) {
   Call call;
+  std::shared_ptr<const Route> route;
+  if (std::optional<http::Response> refused = Admit(endpoint, req, call, &route)) return std::move(*refused);
+  return Proceed(call, std::move(route));
+}
+
+void Gateway::HandleAsync(Endpoint endpoint, http::Request& req, http::Responder respond) {
+  http::EventLoop* loop = respond.loop();
+  if (loop == nullptr) {  // a blocking caller (Router::Dispatch on a worker): nothing to save
+    handled_->Inc({"worker"});
+    return respond(Handle(endpoint, req));
+  }
+  if (!options_.fast_path) {
+    handled_->Inc({"worker"});
+    return respond.RunBlocking([this, endpoint, r = std::move(req)]() mutable { return Handle(endpoint, r); });
+  }
+  auto call = std::make_shared<Call>();
+  std::shared_ptr<const Route> route;
+  if (std::optional<http::Response> refused = Admit(endpoint, req, *call, &route)) {
+    handled_->Inc({"fast"});
+    return respond(std::move(*refused));
+  }
+  if (call->info.stream || route->ReadyCount() == 0) {
+    // Streams and holds for a replica wait on threads: a worker takes the rest of the request.
+    handled_->Inc({"worker"});
+    return respond.RunBlocking([this, call, route] { return Proceed(*call, route); });
+  }
+  handled_->Inc({"fast"});
+  auto f = std::make_shared<AsyncForward>(AsyncForward{.call = std::move(call), .route = std::move(route),
+                                                       .respond = std::move(respond), .loop = loop});
+  f->target = std::string("/v1/") + EndpointName(f->call->endpoint);
+  TryNextReplica(std::move(f));
+}
+
+std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& req, Call& call,
+                                             std::shared_ptr<const Route>* admitted) {
   call.t0 = SteadyClock::now();
   call.endpoint = endpoint;
   call.rec.request_id = id_prefix_ + std::to_string(next_id_.fetch_add(1, std::memory_order_relaxed));
@@ -327,7 +384,11 @@ http::Response Gateway::Handle(Endpoint endpoint, http::Request& req) {
   if (options_.policy == "prefix" || options_.policy == "score") {
     call.prefix = PrefixHashes(call.info.prompt_text, options_.prefix_block_bytes, options_.router.max_prefix_blocks);
   }
+  *admitted = std::move(route);
+  return std::nullopt;
+}
 
+http::Response Gateway::Proceed(Call& call, std::shared_ptr<const Route> route) {
   // 7. A ready replica, or wait for one (scale from zero).
   http::Response refusal;
   std::shared_ptr<const Route> ready = WaitForReplica(call, route, &refusal);
@@ -494,10 +555,56 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
     }
     a.status = st;
     if (st.code() != StatusCode::kUnavailable) break;  // a timeout: the upstream may be working on it
-    const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now().time_since_epoch()).count();
-    r->ejected_until_us.store(now_us + std::chrono::duration_cast<std::chrono::microseconds>(options_.eject_for).count());
+    Eject(*r);
   }
   return a;
+}
+
+// The fast path's Forward: the same attempts, each an AsyncClient call on the request's loop;
+// every step after the first runs in the previous call's completion.
+void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
+  Call& call = *f->call;
+  const Route& route = *f->route;
+  Attempted& a = f->a;
+  if (f->attempt >= options_.max_attempts) return f->respond(UnaryAnswer(call, route, std::move(a), std::string()));
+  std::string replica_id;
+  std::shared_ptr<ReplicaState> r = PickReplica(call, route, f->tried, &replica_id);
+  if (!r) {
+    if (a.status.ok()) a.status = UnavailableError("no ready replica of deployment " + route.deployment);
+    return f->respond(UnaryAnswer(call, route, std::move(a), std::string()));
+  }
+  if (f->attempt > 0) retries_->Inc({route.deployment});
+  call.rec.attempts = f->attempt + 1;
+  f->tried.push_back(r->url());
+  r->in_flight.fetch_add(1, std::memory_order_relaxed);
+  const auto t = SteadyClock::now();
+  upstream_.Send(*f->loop, r->url(), "POST", f->target, call.body, {{"x-request-id", call.rec.request_id}},
+                 [this, f, r, replica_id, t](http::AsyncResult res) mutable {
+                   Call& c = *f->call;
+                   c.upstream += SteadyClock::now() - t;
+                   r->in_flight.fetch_sub(1, std::memory_order_relaxed);
+                   Attempted& att = f->a;
+                   att.replica_id = replica_id;
+                   att.replica = r;
+                   att.status = std::move(res.status);
+                   if (res.answered()) {  // maybe cut short later: then status is not OK
+                     att.answered = true;
+                     std::string body = std::move(res.response.body);
+                     att.head = std::move(res.response);
+                     return f->respond(UnaryAnswer(c, *f->route, std::move(att), std::move(body)));
+                   }
+                   if (att.status.code() != StatusCode::kUnavailable) {  // a timeout: no retry
+                     return f->respond(UnaryAnswer(c, *f->route, std::move(att), std::string()));
+                   }
+                   Eject(*r);
+                   ++f->attempt;
+                   TryNextReplica(std::move(f));
+                 });
+}
+
+void Gateway::Eject(ReplicaState& r) {
+  const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now().time_since_epoch()).count();
+  r.ejected_until_us.store(now_us + std::chrono::duration_cast<std::chrono::microseconds>(options_.eject_for).count());
 }
 
 http::Response Gateway::Unary(Call& call, const Route& route) {
@@ -506,6 +613,10 @@ http::Response Gateway::Unary(Call& call, const Route& route) {
     body.append(b);
     return true;
   }, nullptr);
+  return UnaryAnswer(call, route, std::move(a), std::move(body));
+}
+
+http::Response Gateway::UnaryAnswer(Call& call, const Route& route, Attempted a, std::string body) {
   call.rec.replica = a.replica_id;
   if (!a.answered) {
     Settle(call, route, false, std::nullopt, 0);
@@ -770,8 +881,8 @@ StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(Gateway* gateway, 
   s->router_->Add("GET", "/health", [](http::Request&) { return http::Response::Json(200, json::object()); });
   options.worker_threads = std::max(options.worker_threads, min_workers);
   http::Router* router = s->router_.get();
-  StatusOr<std::unique_ptr<http::Server>> server =
-      http::Server::Start(std::move(options), [router](http::Request& r) { return router->Dispatch(r); });
+  StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(
+      std::move(options), [router](http::Request& r, http::Responder respond) { router->Dispatch(r, std::move(respond)); });
   if (!server.ok()) return server.status();
   s->server_ = std::move(*server);
   return s;

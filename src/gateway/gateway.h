@@ -21,11 +21,16 @@
 // naming the limit), 502 every replica failed, 503 no replica became ready in time, 504 upstream
 // timeout. Upstream answers (including the engine's own 4xx) pass through unchanged.
 //
-// Threads: handlers block (the http Server runs them on its worker pool), so one worker is busy
-// per non-streaming request in flight, and per held request; give the server enough workers
-// (GatewayServer does: ServerOptions.worker_threads). A streaming request uses the server's
-// stream thread plus one pump thread that reads the upstream. Background: one thread scrapes
-// replica metrics and flushes the budget ledger.
+// Threads: the POST routes are async (http/responder.h). Served by an async http Server
+// (GatewayServer), the common case — a unary request that passes its checks while its deployment
+// has a ready replica — runs on the server's I/O thread from start to end: admission inline, the
+// upstream call through AsyncClient on the same event loop (keep-alive pool per replica), the
+// answer, settlement and usage record in its completion (the "fast" path). What has to wait runs
+// on the worker pool as before: a held request (scale from zero) blocks one worker, a streaming
+// request uses the server's stream thread plus one pump thread that reads the upstream; give the
+// server enough workers for them (GatewayServer: ServerOptions.worker_threads). Called through the
+// blocking Router::Dispatch (the API server's front door), every request runs on the caller's
+// thread. Background: one thread scrapes replica metrics and flushes the budget ledger.
 #pragma once
 
 #include <atomic>
@@ -34,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -48,7 +54,9 @@
 #include "gateway/replicas.h"
 #include "gateway/request.h"
 #include "gateway/usage.h"
+#include "http/async_client.h"
 #include "http/message.h"
+#include "http/responder.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "store/store.h"
@@ -69,7 +77,11 @@ struct GatewayOptions {
   size_t prefix_block_bytes = 256;          // see request.h
   size_t stream_buffer_bytes = 64 << 10;    // unread upstream bytes per stream before back-pressure
   std::chrono::milliseconds flush_period{1000};  // budget ledger -> store
-  size_t max_idle_connections = 256;        // keep-alive connections kept per replica
+  size_t max_idle_connections = 256;        // keep-alive connections kept per replica (and I/O loop)
+  // Run unary requests on the I/O thread with an async upstream call when served by an async
+  // Server (see Threads above). The authenticator, directory and usage sink must then not block
+  // (StaticKeys, StaticDirectory and LogUsageSink do not). false: every request takes a worker.
+  bool fast_path = true;
 };
 
 struct GatewayDeps {
@@ -92,7 +104,10 @@ class Gateway {
 
   // GET /v1/models, POST /v1/chat/completions, /v1/completions, /v1/embeddings.
   void AddRoutes(http::Router* router);
+  // One request, run on the calling thread (it may block).
   http::Response Handle(Endpoint endpoint, http::Request& req);
+  // One request from an async Server's I/O thread: the fast path, or a hand-off to a worker.
+  void HandleAsync(Endpoint endpoint, http::Request& req, http::Responder respond);
   http::Response ListModels(http::Request& req);
   // Prometheus text of the gateway's metrics.
   http::Response MetricsResponse() const;
@@ -110,8 +125,15 @@ class Gateway {
   struct DeploymentState;
   struct Pipe;
   struct Attempted;
+  struct AsyncForward;
 
   Gateway(GatewayDeps deps, GatewayOptions options);
+  // Steps up to the replica wait: who, what, route, RBAC, rate limits, budget, upstream body.
+  // The refusal (already recorded), or nullopt with *route set and the call admitted.
+  std::optional<http::Response> Admit(Endpoint endpoint, http::Request& req, Call& call,
+                                      std::shared_ptr<const Route>* route);
+  // The rest for an admitted call: hold for a replica, then forward (blocking).
+  http::Response Proceed(Call& call, std::shared_ptr<const Route> route);
   DeploymentState& State(const std::string& deployment);
   http::Response Finish(Call& call, http::Response r);
   http::Response Refuse(Call& call, std::string_view reason, http::Response r);
@@ -122,6 +144,10 @@ class Gateway {
   Attempted Forward(Call& call, const Route& route, const std::function<bool(std::string_view)>& on_chunk,
                     const std::function<void(const http::ClientResponse&)>& on_head);
   http::Response Unary(Call& call, const Route& route);
+  // The answer to a unary request from what forwarding got (settles and records the call).
+  http::Response UnaryAnswer(Call& call, const Route& route, Attempted a, std::string body);
+  void TryNextReplica(std::shared_ptr<AsyncForward> f);
+  void Eject(ReplicaState& replica);
   http::Response Streaming(Call& call, const Route& route);
   void Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks);
   void Background();
@@ -135,6 +161,7 @@ class Gateway {
   RateLimiter limiter_;
   BudgetLedger ledger_;
   ReplicaTable replicas_;
+  http::AsyncClient upstream_;  // the fast path's; its connections live in the server's loops
   std::string id_prefix_;
   std::atomic<uint64_t> next_id_{1};
 
@@ -144,6 +171,7 @@ class Gateway {
   Metrics metrics_;
   Counter* requests_;
   Counter* rejected_;
+  Counter* handled_;
   Counter* tokens_;
   Counter* retries_;
   Counter* cost_;
@@ -161,7 +189,9 @@ class Gateway {
 // A standalone gateway HTTP server: the gateway's routes plus GET /metrics and GET /health.
 class GatewayServer {
  public:
-  // options.worker_threads is raised to at least `min_workers` (handlers block per request).
+  // Serves the gateway's async routes (the fast path runs on options.io_threads).
+  // options.worker_threads is raised to at least `min_workers`: held requests and streams take
+  // one each.
   static StatusOr<std::unique_ptr<GatewayServer>> Start(Gateway* gateway, http::ServerOptions options,
                                                         int min_workers = 64);
   uint16_t port() const { return server_->port(); }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <map>
 #include <condition_variable>
+#include <set>
 #include <thread>
 
 #include "gateway/errors.h"
@@ -26,6 +27,8 @@ struct FakeEngineOptions {
   int completion_tokens = 50;  // capped by max_tokens
   int stream_chunks = 3;
   milliseconds chunk_gap{0};
+  milliseconds unary_delay{0};  // before a unary answer
+  int unary_status = 200;       // else a unary answer is this error
 };
 
 class FakeEngine {
@@ -60,9 +63,19 @@ class FakeEngine {
   std::atomic<bool> stream_done{false};
   std::atomic<int64_t> stream_done_us{0};
 
+  // Distinct client connections seen on the chat routes.
+  int connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(remotes_.size());
+  }
+
  private:
   http::Response Chat(http::Request& r) {
     ++requests;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      remotes_.insert(r.remote);
+    }
     json b = json::parse(r.body);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -72,6 +85,10 @@ class FakeEngine {
     json usage = {{"prompt_tokens", o_.prompt_tokens}, {"completion_tokens", completion},
                   {"total_tokens", o_.prompt_tokens + completion}};
     if (!b.value("stream", false)) {
+      if (o_.unary_delay.count() > 0) std::this_thread::sleep_for(o_.unary_delay);
+      if (o_.unary_status != 200) {
+        return http::Response::Json(o_.unary_status, {{"error", {{"message", "engine refuses"}, {"type", "engine"}}}});
+      }
       return http::Response::Json(200, {{"id", "x"}, {"object", "chat.completion"}, {"model", b["model"]},
                                         {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", "hi"}}}}}},
                                         {"usage", usage}});
@@ -107,6 +124,7 @@ class FakeEngine {
   std::mutex mu_;
   std::string metrics_;
   json last_body_;
+  std::set<std::string> remotes_;
   std::unique_ptr<http::Server> server_;
 };
 
@@ -620,6 +638,135 @@ TEST(Gateway, UpstreamErrorsPassThroughAndMetricsAreServed) {
   EXPECT_EQ(r.deployment, "m");
   EXPECT_EQ(r.status, 200);
   EXPECT_GT(r.latency_s, 0);
+}
+
+// ---- the fast path (unary requests on the server's I/O thread) ------------------------------
+
+// What a client and the usage log see of one request, minus what differs from run to run (request
+// ids, times).
+json Observe(const StatusOr<http::ClientResponse>& r) {
+  if (!r.ok()) return {{"client_error", r.status().ToString()}};
+  auto header = [&](const char* name) {
+    auto it = r->headers.find(name);
+    return it == r->headers.end() ? std::string("-") : it->second;
+  };
+  return {{"status", r->status},
+          {"body", r->body},
+          {"content-type", header("content-type")},
+          {"x-aicloud-replica", header("x-aicloud-replica")},
+          {"retry-after", header("retry-after")},
+          {"has-request-id", header("x-request-id") != "-"}};
+}
+
+json Observe(const UsageRecord& u) {
+  json j = u.ToJson();
+  for (const char* varies : {"request_id", "unix_ms", "latency_s", "ttft_s", "held_s"}) j.erase(varies);
+  return j;
+}
+
+// Runs the same requests through a gateway with the fast path on or off: every answer and usage
+// record, then /metrics.
+struct Script {
+  json answers = json::array();
+  json records = json::array();
+  std::string metrics;
+};
+
+Script RunScript(bool fast_path, FakeEngine& live, FakeEngine& slow, FakeEngine& refuses, const std::string& dead) {
+  GatewayOptions o;
+  o.fast_path = fast_path;
+  o.policy = "round-robin";
+  o.scrape_period = milliseconds(0);
+  o.upstream_timeout = milliseconds(300);
+  o.default_max_tokens = 64;
+  Harness h(o);
+  Route m = OneModel("m", "t", {{"dead", dead, true}, {"live", live.url(), true}});
+  m.prompt_price_per_m = 1;
+  m.completion_price_per_m = 2;
+  EXPECT_TRUE(h.dir.Upsert(m).ok());
+  EXPECT_TRUE(h.dir.Upsert(OneModel("slow", "t", {{"s", slow.url(), true}})).ok());
+  EXPECT_TRUE(h.dir.Upsert(OneModel("down", "t", {{"d", dead, true}})).ok());
+  EXPECT_TRUE(h.dir.Upsert(OneModel("refuses", "t", {{"e", refuses.url(), true}})).ok());
+  EXPECT_TRUE(h.dir.Upsert(OneModel("other", "t2", {{"o", live.url(), true}})).ok());
+  Route alias = OneModel("alias", "t", {{"a", live.url(), true}});
+  alias.base_model = "served-name";
+  EXPECT_TRUE(h.dir.Upsert(alias).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  h.AddKey("rpm1", {.key_id = "rpm1", .tenant = "t", .key_limits = {.rpm = 1}});
+  h.AddKey("budget", {.key_id = "budget", .tenant = "t", .key_limits = {.budget_cost = 1}});
+  json no_max = Harness::Chat("m");
+  no_max.erase("max_tokens");
+
+  Script out;
+  auto add = [&](const StatusOr<http::ClientResponse>& r) { out.answers.push_back(Observe(r)); };
+  add(h.Post("k", Harness::Chat("m")));         // the dead replica first: retried on the live one
+  add(h.Post("k", Harness::Chat("m")));         // the dead one is ejected now
+  add(h.Post("nope", Harness::Chat("m")));      // 401
+  add(h.Post("k", json{{"model", "m"}}));       // 400
+  add(h.Post("k", Harness::Chat("no-such")));   // 404
+  add(h.Post("k", Harness::Chat("other")));     // 403
+  add(h.Post("rpm1", Harness::Chat("m")));
+  add(h.Post("rpm1", Harness::Chat("m")));      // 429 with Retry-After
+  add(h.Post("budget", no_max));                // max_tokens injected, cost charged
+  add(h.Post("k", Harness::Chat("slow")));      // 504: upstream timeout, no retry
+  add(h.Post("k", Harness::Chat("down")));      // 502: every replica refused
+  add(h.Post("k", Harness::Chat("refuses")));   // the engine's 422 passes through
+  add(h.Post("k", Harness::Chat("alias")));     // the engine's own name goes upstream
+  {
+    http::Client c(h.base);
+    add(c.Send("POST", "/v1/completions", json{{"model", "m"}, {"prompt", "hi"}, {"max_tokens", 5}}.dump(),
+               {{"Authorization", "Bearer k"}}));
+    add(c.Send("POST", "/v1/embeddings", json{{"model", "m"}, {"input", "hi"}}.dump(),  // the engine's 404
+               {{"Authorization", "Bearer k"}}));
+  }
+  add(h.Post("k", Harness::Chat("m", "hi", 20, /*stream=*/true)));  // streams always take a worker
+  EXPECT_TRUE(h.sink.WaitFor(out.answers.size(), milliseconds(2000)));
+  for (const UsageRecord& u : h.sink.records()) out.records.push_back(Observe(u));
+  out.metrics = h.gw->metrics().Render();
+  return out;
+}
+
+TEST(Gateway, FastPathAnswersAndRecordsExactlyAsTheWorkerPath) {
+  FakeEngine live, slow({.unary_delay = milliseconds(1000)}), refuses({.unary_status = 422});
+  const std::string dead = "127.0.0.1:" + std::to_string(DeadPort());
+  const Script fast = RunScript(true, live, slow, refuses, dead);
+  const Script worker = RunScript(false, live, slow, refuses, dead);
+  ASSERT_EQ(fast.answers.size(), 16u);
+  ASSERT_EQ(fast.answers.size(), worker.answers.size());
+  for (size_t i = 0; i < fast.answers.size(); ++i) EXPECT_EQ(fast.answers[i], worker.answers[i]) << "request " << i;
+  ASSERT_EQ(fast.records.size(), worker.records.size());
+  for (size_t i = 0; i < fast.records.size(); ++i) EXPECT_EQ(fast.records[i], worker.records[i]) << "record " << i;
+
+  // Spot checks that the script saw what it meant to.
+  const std::vector<int> want = {200, 200, 401, 400, 404, 403, 200, 429, 200, 504, 502, 422, 200, 200, 404, 200};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(fast.answers[i]["status"], want[i]) << fast.answers[i];
+  EXPECT_EQ(fast.records[0]["attempts"], 2);
+  EXPECT_NE(fast.records[9]["error"].get<std::string>().find("timed out after 300 ms"), std::string::npos)
+      << fast.records[9];
+  EXPECT_GT(fast.records[8]["cost"].get<double>(), 0);
+
+  // Where the requests ran: all but the stream on the I/O thread, or all on workers.
+  EXPECT_NE(fast.metrics.find("aicloud_gateway_handled_total{path=\"fast\"} 15"), std::string::npos) << fast.metrics;
+  EXPECT_NE(fast.metrics.find("aicloud_gateway_handled_total{path=\"worker\"} 1"), std::string::npos) << fast.metrics;
+  EXPECT_EQ(worker.metrics.find("aicloud_gateway_handled_total{path=\"fast\"}"), std::string::npos) << worker.metrics;
+  EXPECT_NE(worker.metrics.find("aicloud_gateway_handled_total{path=\"worker\"} 16"), std::string::npos) << worker.metrics;
+}
+
+TEST(Gateway, FastPathSendsTheEngineNameAndReusesUpstreamConnections) {
+  FakeEngine e;
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  Harness h(o);
+  Route alias = OneModel("public-name", "t", {{"r", e.url(), true}});
+  alias.base_model = "engine-name";
+  ASSERT_TRUE(h.dir.Upsert(alias).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  http::Client c(h.base);
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(h.Post("k", Harness::Chat("public-name"), &c)->status, 200);
+  EXPECT_EQ(e.last_body()["model"], "engine-name");
+  EXPECT_EQ(e.requests.load(), 20);
+  EXPECT_NE(h.gw->metrics().Render().find("aicloud_gateway_handled_total{path=\"fast\"} 20"), std::string::npos);
+  EXPECT_EQ(e.connections(), 1);  // one kept-alive upstream connection for all of them
 }
 
 }  // namespace

@@ -29,6 +29,13 @@ namespace bhttp = boost::beast::http;
 using tcp = boost::asio::ip::tcp;
 using error_code = boost::system::error_code;
 
+// The opaque loop of responder.h: a server's io_context, which async clients share so that a
+// proxied call runs on the thread of the connection that made it.
+class EventLoop : public asio::io_context {
+ public:
+  using asio::io_context::io_context;
+};
+
 // Beast 1.74 uses boost::string_view; these convert at the edges.
 inline std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
 inline beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; }

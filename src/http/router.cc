@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <future>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -22,10 +23,42 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
   return out;
 }
 
+// Turns a handler's exception into the 500 every route gives.
+template <class F>
+Response Guarded(F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return Response::Error(500, "internal", e.what());
+  } catch (...) {
+    return Response::Error(500, "internal", "handler threw a non-standard exception");
+  }
+}
+
+// The Responder of an async route called from the blocking Dispatch: already on a thread that
+// may block, so blocking work runs inline and the answer lands in a future.
+class FutureSink final : public Responder::Sink {
+ public:
+  std::future<Response> Answer() { return answer_.get_future(); }
+  void Deliver(Response response) override { answer_.set_value(std::move(response)); }
+  void RunBlocking(std::function<Response()> work) override { Deliver(work()); }
+  EventLoop* loop() override { return nullptr; }
+
+ private:
+  std::promise<Response> answer_;
+};
+
 }  // namespace
 
 void Router::Add(std::string method, std::string pattern, Handler handler) {
-  Route route{std::move(method), std::move(pattern), {}, std::move(handler)};
+  AddRoute({std::move(method), std::move(pattern), {}, std::move(handler), nullptr});
+}
+
+void Router::AddAsync(std::string method, std::string pattern, AsyncHandler handler) {
+  AddRoute({std::move(method), std::move(pattern), {}, nullptr, std::move(handler)});
+}
+
+void Router::AddRoute(Route route) {
   std::vector<std::string_view> parts = SplitPath(route.pattern);
   for (size_t i = 0; i < parts.size(); ++i) {
     std::string_view p = parts[i];
@@ -53,6 +86,45 @@ void Router::Add(std::string method, std::string pattern, Handler handler) {
 }
 
 Response Router::Dispatch(Request& req) const {
+  Response error;
+  const Route* route = Match(req, &error);
+  if (route == nullptr) return error;
+  if (route->handler) return Guarded([&] { return route->handler(req); });
+  auto sink = std::make_unique<FutureSink>();
+  std::future<Response> answer = sink->Answer();
+  {
+    Responder respond(std::move(sink));
+    try {
+      route->async(req, respond);
+    } catch (const std::exception& e) {
+      respond(Response::Error(500, "internal", e.what()));
+    } catch (...) {
+      respond(Response::Error(500, "internal", "handler threw a non-standard exception"));
+    }
+  }  // a handler that kept no copy and did not answer gets the Responder's 500 here
+  return answer.get();
+}
+
+void Router::Dispatch(Request& req, Responder respond) const {
+  Response error;
+  const Route* route = Match(req, &error);
+  if (route == nullptr) return respond(std::move(error));
+  if (route->handler) {
+    // The Router outlives serving (see the class comment), so the handler is not copied.
+    const Handler* h = &route->handler;
+    respond.RunBlocking([h, r = std::move(req)]() mutable { return (*h)(r); });
+    return;
+  }
+  try {
+    route->async(req, respond);
+  } catch (const std::exception& e) {
+    respond(Response::Error(500, "internal", e.what()));
+  } catch (...) {
+    respond(Response::Error(500, "internal", "handler threw a non-standard exception"));
+  }
+}
+
+const Router::Route* Router::Match(Request& req, Response* error) const {
   std::string_view raw = req.target.empty() ? std::string_view(req.path) : std::string_view(req.target);
   raw = raw.substr(0, raw.find('?'));
   std::vector<std::string_view> parts = SplitPath(raw);
@@ -94,7 +166,8 @@ Response Router::Dispatch(Request& req) const {
 
   if (best == nullptr) {
     if (allowed.empty()) {
-      return Response::Error(404, "not_found", "no route for " + req.method + " " + req.path);
+      *error = Response::Error(404, "not_found", "no route for " + req.method + " " + req.path);
+      return nullptr;
     }
     std::string allow;
     for (const std::string& m : allowed) allow += (allow.empty() ? "" : ", ") + m;
@@ -102,7 +175,8 @@ Response Router::Dispatch(Request& req) const {
                                  "method " + req.method + " not allowed for " + req.path +
                                      " (allowed: " + allow + ")");
     r.headers.emplace_back("Allow", allow);
-    return r;
+    *error = std::move(r);
+    return nullptr;
   }
 
   req.params.clear();
@@ -122,13 +196,7 @@ Response Router::Dispatch(Request& req) const {
     ++i;
   }
   req.route = best->pattern;
-  try {
-    return best->handler(req);
-  } catch (const std::exception& e) {
-    return Response::Error(500, "internal", e.what());
-  } catch (...) {
-    return Response::Error(500, "internal", "handler threw a non-standard exception");
-  }
+  return best;
 }
 
 }  // namespace aicloud::http

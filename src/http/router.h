@@ -1,5 +1,6 @@
-// Router: maps (method, path pattern) to a Handler. Build it once at startup, then hand
-// `Dispatch` to the Server; Dispatch is const and safe to call from many threads at once.
+// Router: maps (method, path pattern) to a Handler (blocking: runs on a worker thread) or an
+// AsyncHandler (non-blocking: runs on the I/O thread, see responder.h). Build it once at startup,
+// then hand `Dispatch` to the Server; Dispatch is const and safe to call from many threads at once.
 //
 //   Router router;
 //   router.Add("GET", "/api/v1/tenants/{tenant}/jobs/{name}", [&](Request& req) {
@@ -8,6 +9,10 @@
 //   router.Add("GET", "/static/{rest...}", ServeFile);      // req.params["rest"] = "css/a.css"
 //   auto server = Server::Start({.port = 8080},
 //                               [&](Request& req) { return router.Dispatch(req); });
+//   // or, to run AddAsync routes on the I/O thread (blocking routes still go to the workers):
+//   auto server = Server::Start({.port = 8080}, [&](Request& req, Responder respond) {
+//     router.Dispatch(req, std::move(respond));
+//   });
 //
 // Matching: a path is split at '/', empty segments ignored; each segment is percent-decoded
 // after splitting, so "%2F" inside a parameter stays in that parameter. A literal segment beats
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "http/message.h"
+#include "http/responder.h"
 
 namespace aicloud::http {
 
@@ -33,11 +39,18 @@ class Router {
   // with '/'). Literal segments win over parameters. A later Add of the same method and pattern
   // replaces the earlier one.
   void Add(std::string method, std::string pattern, Handler handler);
+  // The same for a non-blocking handler (it replaces a blocking one of the same method and
+  // pattern, and the other way round).
+  void AddAsync(std::string method, std::string pattern, AsyncHandler handler);
 
   // Calls the matching handler (fills req.params and req.route). No path match -> 404 error JSON
   // ("no route for GET /x"); path matches but not the method -> 405 with an Allow header.
-  // A handler that throws -> 500 error JSON with the exception's message.
+  // A handler that throws -> 500 error JSON with the exception's message. An async route is
+  // called with a Responder whose loop() is null, and Dispatch waits for its answer.
   Response Dispatch(Request& req) const;
+  // From an I/O thread (Server's AsyncHandler form): an async route runs inline; a blocking one
+  // is handed to respond.RunBlocking; 404/405 are answered inline.
+  void Dispatch(Request& req, Responder respond) const;
 
  private:
   struct Segment {
@@ -49,8 +62,13 @@ class Router {
     std::string method;
     std::string pattern;
     std::vector<Segment> segments;
-    Handler handler;
+    Handler handler;     // exactly one of handler and async is set
+    AsyncHandler async;
   };
+
+  void AddRoute(Route route);
+  // The route for req (req.params and req.route filled), or nullptr and *error set to 404/405.
+  const Route* Match(Request& req, Response* error) const;
 
   std::vector<Route> routes_;
 };

@@ -15,8 +15,9 @@
 #include "http/asio.h"
 
 // Shape: one acceptor coroutine on its own strand; one coroutine per connection on that
-// connection's strand, which reads a request, hands it to the worker pool (RunOnPool) and
-// writes the answer. A streaming response gets a thread of its own that writes chunks by
+// connection's strand, which reads a request, calls the handler (CallHandler: an AsyncHandler
+// inline, a blocking Handler on the worker pool) and writes the answer when the Responder
+// delivers it. A streaming response gets a thread of its own that writes chunks by
 // posting them to the connection's strand and waiting (ChunkWriter), while a second coroutine
 // on the strand (WatchDisconnect) reads from the socket so a client that goes away is noticed
 // without waiting for a write to fail.
@@ -108,9 +109,10 @@ struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stre
 
 class Core {
  public:
-  Core(ServerOptions options, Handler handler)
+  Core(ServerOptions options, Handler handler, AsyncHandler async)
       : opts(std::move(options)),
         handler_(std::move(handler)),
+        async_(std::move(async)),
         ioc(std::max(1, opts.io_threads)),
         acceptor(asio::make_strand(ioc)),
         workers(static_cast<size_t>(std::max(1, opts.worker_threads))) {}
@@ -122,14 +124,30 @@ class Core {
   void Run();
   void Stop();
 
-  Response Call(Request& req) const {
-    try {
-      return handler_(req);
-    } catch (const std::exception& e) {
-      return Response::Error(500, "internal", e.what());
-    } catch (...) {
-      return Response::Error(500, "internal", "handler threw a non-standard exception");
+  // On the connection's strand: runs the async handler inline, or gives the blocking one a
+  // worker (the Responder turns a throw into a 500 there).
+  void Dispatch(Request& req, Responder respond) const {
+    if (!async_) {
+      respond.RunBlocking([this, r = std::move(req)]() mutable { return handler_(r); });
+      return;
     }
+    try {
+      async_(req, respond);
+    } catch (const std::exception& e) {
+      respond(Response::Error(500, "internal", e.what()));
+    } catch (...) {
+      respond(Response::Error(500, "internal", "handler threw a non-standard exception"));
+    }
+  }
+
+  // Requests handed to a handler and not answered yet; Stop waits for them.
+  void AddPending() {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    ++pending_;
+  }
+  void DonePending() {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    if (--pending_ == 0) pending_cv_.notify_all();
   }
 
   // Starts `body` on a thread of its own; false (and nothing started) once stopping.
@@ -171,7 +189,11 @@ class Core {
 
   awaitable<void> Accept();
 
-  const Handler handler_;
+  const Handler handler_;    // exactly one of handler_ and async_ is set
+  const AsyncHandler async_;
+  std::mutex pending_mu_;
+  std::condition_variable pending_cv_;
+  int pending_ = 0;  // GUARDED_BY(pending_mu_)
   std::mutex stop_mu_;
   bool stopped_ = false;  // GUARDED_BY(stop_mu_)
   std::mutex conns_mu_;
@@ -183,7 +205,7 @@ class Core {
   // Declared after the registries and before the sockets: destroying the io_context destroys the
   // suspended connection coroutines, which must still find the SSL context alive.
   std::optional<asio::ssl::context> ssl;
-  asio::io_context ioc;
+  EventLoop ioc;
   tcp::acceptor acceptor;
   asio::thread_pool workers;
 
@@ -192,20 +214,51 @@ class Core {
   std::vector<std::thread> io_threads_;
 };
 
-// Calls the handler on the worker pool and resumes the awaiting coroutine on its own executor
-// with the response. (The request travels by shared_ptr: GCC 12 miscompiles lambdas with
-// init-captures that are temporaries of a co_await expression.)
-auto CallOnPool(Core& core, std::shared_ptr<Request> req) {
+// The server's Responder::Sink: resumes the connection's coroutine (CallHandler's completion
+// handler) on its own executor with the answer. Deliver and RunBlocking move the completion
+// handler out, so the answer gets through however long the Sink itself lives.
+template <class CompletionHandler>
+class ConnectionSink final : public Responder::Sink {
+ public:
+  ConnectionSink(Core& core, CompletionHandler handler) : core_(core), handler_(std::move(handler)) {
+    core_.AddPending();
+  }
+
+  void Deliver(Response response) override {
+    Resume(core_, std::move(handler_), std::move(response));
+  }
+
+  void RunBlocking(std::function<Response()> work) override {
+    asio::post(core_.workers, [&core = core_, handler = std::move(handler_), work = std::move(work)]() mutable {
+      Response response = work();
+      work = nullptr;  // let what the work captured go before the answer is written
+      Resume(core, std::move(handler), std::move(response));
+    });
+  }
+
+  EventLoop* loop() override { return &core_.ioc; }
+
+ private:
+  static void Resume(Core& core, CompletionHandler handler, Response response) {
+    auto ex = asio::get_associated_executor(handler);
+    asio::post(ex, [handler = std::move(handler), response = std::move(response)]() mutable {
+      handler(std::move(response));
+    });
+    core.DonePending();
+  }
+
+  Core& core_;
+  CompletionHandler handler_;
+};
+
+// Hands the request to the handler and resumes the awaiting coroutine with the answer. (The
+// request travels by shared_ptr: GCC 12 miscompiles lambdas with init-captures that are
+// temporaries of a co_await expression.)
+auto CallHandler(Core& core, std::shared_ptr<Request> req) {
   return asio::async_initiate<const asio::use_awaitable_t<>&, void(Response)>(
       [&core](auto handler, std::shared_ptr<Request> r) {
-        auto ex = asio::get_associated_executor(handler);
-        asio::post(core.workers, [&core, handler = std::move(handler), r, ex]() mutable {
-          Response resp = core.Call(*r);
-          r.reset();
-          asio::post(ex, [handler = std::move(handler), resp = std::move(resp)]() mutable {
-            handler(std::move(resp));
-          });
-        });
+        using Sink = ConnectionSink<decltype(handler)>;
+        core.Dispatch(*r, Responder(std::make_unique<Sink>(core, std::move(handler))));
       },
       use_awaitable, std::move(req));
 }
@@ -465,7 +518,7 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
     bool keep_alive = parser.get().keep_alive();
     bool head = parser.get().method() == bhttp::verb::head;
     auto req = std::make_shared<Request>(ToRequest(parser.release(), c->remote));
-    Response resp = co_await CallOnPool(core, req);
+    Response resp = co_await CallHandler(core, req);
     req.reset();
     if (resp.stream) {
       co_await RunStream(c, std::move(resp));
@@ -637,6 +690,11 @@ void Core::Stop() {
     streams.swap(streams_);
   }
   for (StreamThread& t : streams) t.thread.join();
+  // 4. Wait for the answers still owed (async handlers, blocking ones on the workers).
+  {
+    std::unique_lock<std::mutex> lock(pending_mu_);
+    pending_cv_.wait(lock, [&] { return pending_ == 0; });
+  }
   workers.join();
   work_.reset();
   ioc.stop();
@@ -655,12 +713,28 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Server::~Server() { Stop(); }
 
+namespace {
+
+Status Launch(server_internal::Core& core) {
+  AICLOUD_RETURN_IF_ERROR(core.LoadTls());
+  AICLOUD_RETURN_IF_ERROR(core.Listen());
+  core.Run();
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Handler handler) {
   if (!handler) return InvalidArgumentError("http server: no handler");
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(handler));
-  AICLOUD_RETURN_IF_ERROR(impl->LoadTls());
-  AICLOUD_RETURN_IF_ERROR(impl->Listen());
-  impl->Run();
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(handler), nullptr);
+  AICLOUD_RETURN_IF_ERROR(Launch(*impl));
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, AsyncHandler handler) {
+  if (!handler) return InvalidArgumentError("http server: no handler");
+  auto impl = std::make_unique<Impl>(std::move(options), nullptr, std::move(handler));
+  AICLOUD_RETURN_IF_ERROR(Launch(*impl));
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 

@@ -1,5 +1,9 @@
-// Server: an HTTP/1.1 (or HTTPS-only) server that calls one Handler per request. Handlers run on
-// a worker pool, never on the I/O threads, so they may block (a store read, a long poll).
+// Server: an HTTP/1.1 (or HTTPS-only) server that calls one handler per request. A Handler runs
+// on a worker pool, never on the I/O threads, so it may block (a store read, a long poll). An
+// AsyncHandler (responder.h) runs inline on the connection's I/O thread and must not block: it
+// answers through its Responder, now or later from any thread, or hands work to the pool with
+// Responder::RunBlocking. A proxy that forwards with AsyncClient thus serves a request without a
+// thread hand-off (Router::Dispatch(req, respond) picks per route).
 //
 //   Router router;
 //   router.Add("GET", "/healthz", [](Request&) { return Response::Text(200, "ok"); });
@@ -25,6 +29,7 @@
 
 #include "core/status.h"
 #include "http/message.h"
+#include "http/responder.h"
 #include "http/router.h"
 
 namespace aicloud::http {
@@ -33,7 +38,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;       // 0: pick a free port (see Server::port())
   int io_threads = 1;
-  int worker_threads = 4;  // handlers run here (they may block); streams get their own thread each
+  int worker_threads = 4;  // blocking handlers run here; streams get their own thread each
   size_t max_body_bytes = 8 << 20;     // larger -> 413 JSON error, connection closed
   size_t max_header_bytes = 64 << 10;  // -> 431
   std::chrono::seconds idle_timeout{60};
@@ -41,9 +46,10 @@ struct ServerOptions {
   std::string tls_client_ca_file;           // set -> require and verify client certificates (mTLS)
 };
 
-// Thread-safe. Stop (and the destructor) waits for running handlers to return and tells open
-// streams to end (StreamWriter::closed() turns true), then waits for them: a stream must watch
-// closed() or Write's result and return.
+// Thread-safe. Stop (and the destructor) waits for running handlers to return and for async
+// handlers to answer, and tells open streams to end (StreamWriter::closed() turns true), then
+// waits for them: a stream must watch closed() or Write's result and return, and an async
+// handler must answer in bounded time (as a blocking one must return).
 class Server {
  public:
   // Binds and starts serving; `handler` (usually a Router's Dispatch) is called for every request
@@ -51,6 +57,9 @@ class Server {
   // Errors: INVALID_ARGUMENT for bad options or unreadable cert/key/CA files (naming the file),
   // UNAVAILABLE when the address cannot be resolved or bound (naming host:port).
   static StatusOr<std::unique_ptr<Server>> Start(ServerOptions options, Handler handler);
+  // The same with a non-blocking handler, called for every request on the I/O thread that read
+  // it. A handler that throws before answering gets a 500 JSON error.
+  static StatusOr<std::unique_ptr<Server>> Start(ServerOptions options, AsyncHandler handler);
 
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

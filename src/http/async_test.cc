@@ -1,0 +1,340 @@
+// The non-blocking forms on 127.0.0.1, port 0: AsyncHandler and Router::AddAsync on the
+// server's I/O thread, Responder from other threads, and AsyncClient's pool, timeouts and
+// connection failures (driven from a proxy server's async handler, whose loop it runs on).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "http/async_client.h"
+#include "http/client.h"
+#include "http/router.h"
+#include "http/server.h"
+
+namespace aicloud::http {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string ThreadName() {
+  std::ostringstream os;
+  os << std::this_thread::get_id();
+  return os.str();
+}
+
+std::string Url(const Server& s) { return "http://127.0.0.1:" + std::to_string(s.port()); }
+
+std::unique_ptr<Server> StartAsync(AsyncHandler handler, ServerOptions options = {}) {
+  StatusOr<std::unique_ptr<Server>> s = Server::Start(std::move(options), std::move(handler));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+std::unique_ptr<Server> StartBlocking(Handler handler, ServerOptions options = {}) {
+  StatusOr<std::unique_ptr<Server>> s = Server::Start(std::move(options), std::move(handler));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+TEST(AsyncServerTest, HandlerRespondsLaterFromAnotherThread) {
+  std::string io_thread, answer_thread;
+  std::vector<std::thread> answerers;
+  std::mutex mu;
+  auto server = StartAsync([&](Request& req, Responder respond) {
+    std::lock_guard<std::mutex> lock(mu);
+    io_thread = ThreadName();
+    if (req.path == "/now") return respond(Response::Text(200, "now"));
+    answerers.emplace_back([&, respond, body = req.body] {
+      std::this_thread::sleep_for(200ms);
+      {
+        std::lock_guard<std::mutex> l(mu);
+        answer_thread = ThreadName();
+      }
+      respond(Response::Text(200, "late:" + body));
+      respond(Response::Text(500, "second answers are ignored"));
+    });
+  });
+  ASSERT_TRUE(server);
+  // The late answer does not hold up the I/O thread: another connection is served meanwhile.
+  auto late = std::async(std::launch::async, [&] { return Client(Url(*server)).Send("POST", "/late", "x"); });
+  std::this_thread::sleep_for(50ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  StatusOr<ClientResponse> now = Client(Url(*server)).Send("GET", "/now");
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(now->body, "now");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 150ms);
+  StatusOr<ClientResponse> r = late.get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "late:x");
+  for (auto& t : answerers) t.join();
+  EXPECT_NE(io_thread, answer_thread);
+}
+
+TEST(AsyncServerTest, DroppedOrThrowingHandlerGives500) {
+  auto server = StartAsync([](Request& req, Responder /*respond*/) {
+    if (req.path == "/throw") throw std::runtime_error("boom");
+    // /drop: the Responder goes away unanswered.
+  });
+  ASSERT_TRUE(server);
+  Client c(Url(*server));
+  StatusOr<ClientResponse> r = c.Send("GET", "/drop");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 500);
+  EXPECT_NE(r->body.find("without answering"), std::string::npos) << r->body;
+  r = c.Send("GET", "/throw");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 500);
+  EXPECT_NE(r->body.find("boom"), std::string::npos) << r->body;
+}
+
+TEST(AsyncServerTest, RouterRunsAsyncRoutesInlineAndBlockingOnesOnWorkers) {
+  Router router;
+  std::mutex mu;
+  std::set<std::string> async_threads, blocking_threads;
+  router.AddAsync("GET", "/async/{x}", [&](Request& req, Responder respond) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      async_threads.insert(ThreadName());
+    }
+    respond(Response::Json(200, {{"x", req.params["x"]}, {"loop", respond.loop() != nullptr}}));
+  });
+  router.Add("GET", "/blocking", [&](Request&) {
+    std::lock_guard<std::mutex> lock(mu);
+    blocking_threads.insert(ThreadName());
+    return Response::Text(200, "b");
+  });
+  router.AddAsync("GET", "/deferred", [](Request&, Responder respond) {
+    respond.RunBlocking([] { return Response::Text(200, "worker"); });
+  });
+  router.AddAsync("GET", "/events", [](Request&, Responder respond) {
+    Response r;
+    r.content_type = "text/event-stream";
+    r.stream = [](StreamWriter& w) { w.SendEvent("tick", "1"); };
+    respond(std::move(r));
+  });
+  auto server = StartAsync([&](Request& req, Responder respond) { router.Dispatch(req, std::move(respond)); },
+                           {.io_threads = 1, .worker_threads = 2});
+  ASSERT_TRUE(server);
+  Client c(Url(*server));
+  for (int i = 0; i < 4; ++i) {
+    StatusOr<ClientResponse> a = c.Send("GET", "/async/v" + std::to_string(i));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(json::parse(a->body)["x"], "v" + std::to_string(i));
+    EXPECT_TRUE(json::parse(a->body)["loop"]);
+    ASSERT_EQ(c.Send("GET", "/blocking")->body, "b");
+  }
+  EXPECT_EQ(c.Send("GET", "/deferred")->body, "worker");
+  EXPECT_EQ(c.Send("GET", "/events")->body, "event: tick\ndata: 1\n\n");
+  EXPECT_EQ(c.Send("GET", "/nope")->status, 404);
+  EXPECT_EQ(c.Send("POST", "/blocking")->status, 405);
+  ASSERT_EQ(async_threads.size(), 1u);  // the one I/O thread
+  EXPECT_FALSE(blocking_threads.contains(*async_threads.begin()));
+
+  // The blocking Dispatch calls async routes too (with no loop) and waits for the answer.
+  Request req;
+  req.method = "GET";
+  req.path = req.target = "/async/z";
+  Response direct = router.Dispatch(req);
+  EXPECT_EQ(json::parse(direct.body)["x"], "z");
+  EXPECT_FALSE(json::parse(direct.body)["loop"]);
+}
+
+TEST(AsyncServerTest, StopWaitsForOwedAnswers) {
+  std::atomic<bool> answered{false};
+  std::thread answerer;
+  std::promise<void> started;
+  auto server = StartAsync([&](Request&, Responder respond) {
+    answerer = std::thread([&, respond] {
+      std::this_thread::sleep_for(300ms);
+      answered = true;
+      respond(Response::Text(200, "late"));
+    });
+    started.set_value();
+  });
+  ASSERT_TRUE(server);
+  auto call = std::async(std::launch::async, [&] { return Client(Url(*server)).Send("GET", "/"); });
+  started.get_future().wait();
+  server->Stop();
+  EXPECT_TRUE(answered.load());
+  answerer.join();
+  call.wait();
+}
+
+// ---- AsyncClient ---------------------------------------------------------------------------
+
+// A proxy whose async handler forwards every request to `upstream` with AsyncClient and answers
+// with a JSON summary of the AsyncResult.
+struct Proxy {
+  Proxy(std::function<std::string()> upstream_fn, AsyncClientOptions o) : client(o), upstream(std::move(upstream_fn)) {
+    server = StartAsync([this](Request& req, Responder respond) {
+      EventLoop* loop = respond.loop();
+      const std::string up = upstream();
+      client.Send(*loop, up, req.method, req.target, std::move(req.body), {{"x-test", "1"}},
+                  [respond, loop, up](AsyncResult r) {
+                    respond(Response::Json(200, {{"code", std::string(StatusCodeName(r.status.code()))},
+                                                 {"message", r.status.message()},
+                                                 {"answered", r.answered()},
+                                                 {"status", r.response.status},
+                                                 {"body", r.response.body},
+                                                 {"reused", r.reused},
+                                                 {"idle", AsyncClient::IdleConnections(*loop, up)}}));
+                  });
+    });
+  }
+  json Get(const std::string& target) {
+    StatusOr<ClientResponse> r = Client(Url(*server)).Send("GET", target);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? json::parse(r->body) : json();
+  }
+
+  AsyncClient client;
+  std::function<std::string()> upstream;
+  std::unique_ptr<Server> server;
+};
+
+std::string HostPort(const Server& s) { return "127.0.0.1:" + std::to_string(s.port()); }
+
+TEST(AsyncClientTest, ReusesKeptAliveConnections) {
+  Router router;
+  router.Add("GET", "/who", [](Request& req) { return Response::Text(200, req.remote + " " + req.Header("x-test")); });
+  auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(up);
+  Proxy proxy([&] { return HostPort(*up); }, {});
+  std::set<std::string> remotes;
+  for (int i = 0; i < 5; ++i) {
+    json r = proxy.Get("/who");
+    EXPECT_EQ(r["code"], "OK") << r;
+    EXPECT_EQ(r["status"], 200);
+    EXPECT_EQ(r["reused"], i > 0) << i;
+    EXPECT_EQ(r["idle"], 1);  // put back before the callback
+    std::string body = r["body"];
+    EXPECT_TRUE(body.ends_with(" 1")) << body;  // extra headers are sent
+    remotes.insert(body);
+  }
+  EXPECT_EQ(remotes.size(), 1u);  // one upstream connection for all five
+}
+
+TEST(AsyncClientTest, ReplacesAPooledConnectionTheUpstreamClosed) {
+  Router router;
+  router.Add("GET", "/who", [](Request& req) { return Response::Text(200, req.remote); });
+  auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); }, {.idle_timeout = std::chrono::seconds(1)});
+  ASSERT_TRUE(up);
+  Proxy proxy([&] { return HostPort(*up); }, {});
+  json first = proxy.Get("/who");
+  ASSERT_EQ(first["code"], "OK") << first;
+  std::this_thread::sleep_for(1500ms);  // the upstream drops the idle connection
+  json second = proxy.Get("/who");
+  EXPECT_EQ(second["code"], "OK") << second;
+  EXPECT_EQ(second["status"], 200);
+  EXPECT_FALSE(second["reused"]);  // answered over the new connection
+  EXPECT_NE(second["body"], first["body"]);
+}
+
+TEST(AsyncClientTest, RefusedIsUnavailableAndSlowIsDeadlineExceeded) {
+  uint16_t dead_port;
+  {
+    auto s = StartBlocking([](Request&) { return Response::Text(200, ""); });
+    dead_port = s->port();
+  }
+  Router router;
+  router.Add("GET", "/slow", [](Request&) {
+    std::this_thread::sleep_for(600ms);
+    return Response::Text(200, "late");
+  });
+  auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(up);
+  std::string target;
+  Proxy proxy([&] { return target; }, {.timeout = 150ms});
+
+  target = "127.0.0.1:" + std::to_string(dead_port);
+  json refused = proxy.Get("/x");
+  EXPECT_EQ(refused["code"], "UNAVAILABLE") << refused;
+  EXPECT_FALSE(refused["answered"]);
+  EXPECT_NE(refused["message"].get<std::string>().find("cannot connect to " + target), std::string::npos) << refused;
+
+  target = HostPort(*up);
+  const auto t0 = std::chrono::steady_clock::now();
+  json slow = proxy.Get("/slow");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms);
+  EXPECT_EQ(slow["code"], "DEADLINE_EXCEEDED") << slow;
+  EXPECT_FALSE(slow["answered"]);
+  EXPECT_NE(slow["message"].get<std::string>().find("timed out after 150 ms"), std::string::npos) << slow;
+  EXPECT_EQ(slow["idle"], 0);  // a timed-out connection is not pooled
+
+  target = "no-port";
+  EXPECT_EQ(proxy.Get("/x")["code"], "INVALID_ARGUMENT");
+}
+
+// A raw TCP upstream that answers each connection with `reply` and closes it.
+class RawUpstream {
+ public:
+  explicit RawUpstream(std::string reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[4096];
+        if (!reply_.empty()) {
+          (void)!::read(c, buf, sizeof buf);  // the request (small, one read)
+          (void)!::write(c, reply_.data(), reply_.size());
+        }
+        ::close(c);
+      }
+    });
+  }
+  ~RawUpstream() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  std::string host_port() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::string reply_;
+  int fd_;
+  uint16_t port_;
+  std::thread thread_;
+};
+
+TEST(AsyncClientTest, ClosedUpstreamConnectionBeforeAndAfterTheHead) {
+  RawUpstream hangs_up("");  // accepts and closes without a byte
+  RawUpstream cuts_body("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"partial\"");
+  std::string target;
+  Proxy proxy([&] { return target; }, {});
+
+  target = hangs_up.host_port();
+  json none = proxy.Get("/x");
+  EXPECT_EQ(none["code"], "UNAVAILABLE") << none;  // a connection failure: safe to retry elsewhere
+  EXPECT_FALSE(none["answered"]);
+
+  target = cuts_body.host_port();
+  json cut = proxy.Get("/x");
+  EXPECT_EQ(cut["code"], "UNAVAILABLE") << cut;
+  EXPECT_TRUE(cut["answered"]);  // the head arrived: the upstream got the request
+  EXPECT_EQ(cut["status"], 200);
+  EXPECT_EQ(cut["idle"], 0);
+}
+
+}  // namespace
+}  // namespace aicloud::http
