@@ -59,7 +59,7 @@ void Emit(const std::vector<sim::ServingRun>& runs, const std::string& format) {
 }
 
 std::string RunLabel(const sim::ServingRun& r) {
-  if (r.policy == "static") return fmt::format("static x{}", r.static_replicas);
+  if (r.policy == "static" || r.policy == "peak") return fmt::format("{} x{}", r.policy, r.static_replicas);
   if (r.policy == "ours" && r.history_days > 0) return fmt::format("ours (+{} days of history)", r.history_days);
   return r.policy;
 }
@@ -86,7 +86,7 @@ int RunAutoscale(const AutoscaleOptions& o) {
   StatusOr<sim::ServingTrace> trace = LoadTrace(o.trace);
   if (!trace.ok()) return Fail(trace.status(), 2);
   std::vector<std::string> policies = SplitCommas(o.policies);
-  if (policies.size() == 1 && policies[0] == "all") policies = {"static", "hpa", "kpa", "aibrix", "ours"};
+  if (policies.size() == 1 && policies[0] == "all") policies = {"peak", "static", "hpa", "kpa", "aibrix", "ours"};
   sim::ServingConfig base;
   base.router = o.router;
   if (o.speedup > 0) base.model.speedup = o.speedup;
@@ -124,6 +124,11 @@ int RunAutoscale(const AutoscaleOptions& o) {
     StatusOr<sim::ServingRun> run = InvalidArgumentError("");
     if (policy == "static" && baseline.has_value()) {
       run = *baseline;
+    } else if (policy == "peak") {  // static peak provisioning: the busiest minute at 70%
+      c.policy = "static";
+      c.static_replicas = sim::PeakProvisionedReplicas(*trace, c.model, 60, 0.7);
+      run = sim::RunServing(*trace, c);
+      if (run.ok()) run->policy = "peak";
     } else {
       c.static_replicas = std::max(o.static_replicas, 1);
       run = sim::RunServing(*trace, c);
@@ -181,7 +186,9 @@ void AddSimulateServing(CLI::App& simulate, int* exit_code) {
                    "attainment, GPU-hours, oscillations");
   as->add_option("--trace", a->trace, "conv | code (Azure LLM inference 2023) | a trace file (.csv Azure, .jsonl Mooncake)")
       ->capture_default_str();
-  as->add_option("--policy", a->policies, "hpa|kpa|aibrix|ours|static|all, or several separated by commas")
+  as->add_option("--policy", a->policies,
+                 "hpa|kpa|aibrix|ours|static|peak|all, or several separated by commas (static: the smallest fleet "
+                 "meeting --target, by search; peak: sized for the busiest minute at 70%)")
       ->capture_default_str();
   as->add_option("--ttft-slo-ms", a->ttft_slo_ms, "TTFT objective; attainment = share of requests within it")
       ->check(CLI::PositiveNumber)

@@ -14,7 +14,7 @@ std::string FormatServingTable(const std::vector<ServingRun>& runs) {
                      "met %", "ms", "ms", "ms", "ms", "", "", "GPUs", "GPUs", "", "hit %");
   for (const ServingRun& r : runs) {
     std::string name = r.policy;
-    if (r.policy == "static") name = fmt::format("static x{}", r.static_replicas);
+    if (r.policy == "static" || r.policy == "peak") name = fmt::format("{} x{}", r.policy, r.static_replicas);
     if (r.policy == "ours" && r.history_days > 0) name = fmt::format("ours+{}d", r.history_days);
     if (r.policy == "static" && r.router != "score") name = fmt::format("{} x{}", r.router, r.static_replicas);
     out += fmt::format("{:<16} {:>9.2f} {:>9.0f} {:>9.0f} {:>9.0f} {:>8.1f} {:>8.2f} {:>7.2f} {:>6} {:>6.1f} {:>6} {:>7.1f}\n",
