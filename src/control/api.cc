@@ -564,41 +564,7 @@ http::Response Api::Watch(http::Request& req, Call& /*call*/, const std::string&
 }
 
 Status Api::AdmitJob(const json& job, std::string* warning) {
-  const std::string tenant = job["metadata"].value("tenant", "");
-  StatusOr<json> t = store_->Get({"Tenant", "", tenant});
-  if (!t.ok()) {
-    if (t.status().code() == StatusCode::kNotFound) {
-      return NotFoundError("metadata.tenant: tenant \"" + tenant + "\" does not exist");
-    }
-    return t.status();
-  }
-  StatusOr<JobSpec> spec = ParseJobSpec(job.value("spec", json::object()));
-  if (!spec.ok()) return spec.status();
-  const json ts = t->value("spec", json::object());
-  const double gpus = spec->GpusPerWorker() * spec->workers;
-  if (ts.value("requireLimits", false) && spec->gpu_kind != sched::GpuKind::kNone && !spec->limits_given) {
-    return InvalidArgumentError("spec.resources: admission rule requireLimits of tenant " + tenant +
-                                ": GPU jobs must set resources.cpu and resources.memory");
-  }
-  if (ts.contains("maxGpusPerJob") && gpus > ts["maxGpusPerJob"].get<double>()) {
-    return PermissionDeniedError("admission rule maxGpusPerJob of tenant " + tenant + ": job asks for " +
-                                 std::to_string(gpus) + " GPUs, the cap is " +
-                                 std::to_string(ts["maxGpusPerJob"].get<int64_t>()));
-  }
-  if (ts.contains("quota") && gpus > 0) {
-    const json q = ts["quota"];
-    const double used = control_->TenantGpusInUse(tenant);
-    if (q.contains("gpus") && used + gpus > q["gpus"].get<double>()) {
-      return PermissionDeniedError("admission rule hard-quota of tenant " + tenant + ": " +
-                                   std::to_string(used) + " GPUs in use + " + std::to_string(gpus) +
-                                   " requested > hard limit " + std::to_string(q["gpus"].get<int64_t>()));
-    }
-    if (q.contains("gpusSoft") && used + gpus > q["gpusSoft"].get<double>()) {
-      *warning = "soft quota of tenant " + tenant + " exceeded: " + std::to_string(used + gpus) +
-                 " GPUs > soft limit " + std::to_string(q["gpusSoft"].get<int64_t>());
-    }
-  }
-  return OkStatus();
+  return control::AdmitJob(store_, control_, job, warning);
 }
 
 http::Response Api::Create(http::Request& req, const std::string& plural, const std::string& tenant) {

@@ -225,4 +225,10 @@ class ControlPlane {
   Counter* jobs_finished_ = nullptr;
 };
 
+// The Tenant admission rules for a new Job (requireLimits, maxGpusPerJob, hard and soft GPU
+// quota against what the tenant's jobs hold now): NOT_FOUND for an unknown tenant,
+// INVALID_ARGUMENT / PERMISSION_DENIED naming the rule; a soft-quota excess is OK with
+// *warning set. The API applies it to created Jobs, the deployment controller to replicas.
+Status AdmitJob(store::Store* store, ControlPlane* control, const nlohmann::json& job, std::string* warning);
+
 }  // namespace aicloud::control

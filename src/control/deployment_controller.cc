@@ -477,7 +477,9 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     s.invalid_revision = revision;
     s.invalid_reason = invalid;
   }
-  // Creates one replica of `of` (a revision's spec); false when no port or the store refused.
+  // Creates one replica of `of` (a revision's spec); false when no port, admission or the store
+  // refused.
+  std::string refused;
   auto create = [&](const DeploymentSpec& of) {
     const int port = NextPort(used_ports);
     if (port < 0) {
@@ -490,7 +492,16 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     char serial[8];
     std::snprintf(serial, sizeof serial, "%04x", static_cast<unsigned>(++serial_ & 0xffff));
     const std::string job_name = name + "-" + of.Revision() + "-" + std::to_string(port) + "-" + serial;
-    StatusOr<json> made = store_->Create(ReplicaJob(of, tenant, name, job_name, port, options_.engine_binary));
+    const json job = ReplicaJob(of, tenant, name, job_name, port, options_.engine_binary);
+    if (options_.admit) {
+      std::string warning;
+      if (Status a = options_.admit(job, &warning); !a.ok()) {
+        used_ports->pop_back();  // NextPort took it for this replica
+        refused = "replica refused by admission: " + std::string(a.message());
+        return false;
+      }
+    }
+    StatusOr<json> made = store_->Create(job);
     if (!made.ok()) {
       spdlog::warn("deployment {}: creating replica {}: {}", key, job_name, std::string(made.status().message()));
       return false;
@@ -573,6 +584,13 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
                         {"readyReplicas", canary_ready},
                         {"stableReplicas", replicas_n - canary_n}};
   }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    State& s = states_[key];
+    if (refused != s.admission_refused && !refused.empty()) spdlog::warn("deployment {}: {}", key, refused);
+    s.admission_refused = refused;
+  }
+  if (!refused.empty()) status["error"] = refused;
   if (!invalid.empty()) status["error"] = invalid;
   if (deployment.value("status", json()) != status) {
     json updated = deployment;

@@ -99,6 +99,9 @@ struct DeploymentControllerOptions {
   int port_count = 4000;
   // Where a node's replicas are reached: its Node spec.address, else this.
   std::string default_address = "127.0.0.1";
+  // Admission for a replica Job before it is created (the server passes the Tenant rules:
+  // AdmitJob). A refusal is shown in status.error and retried every turn (quota may free up).
+  std::function<Status(const nlohmann::json& job, std::string* warning)> admit;
 };
 
 class DeploymentController {
@@ -138,6 +141,7 @@ class DeploymentController {
     std::string last_scale_at;
     std::string invalid_revision, invalid_reason;  // a revision whose replicas are refused
     std::string canary_refused;  // a revision run as a rolling update although Canary was asked
+    std::string admission_refused;  // the last admission refusal logged
     // Per replica: consecutive failed probes and the last good one. A ready replica stays
     // ready (with its last metrics) until kProbeFailures probes in a row fail: a busy CPU
     // engine can miss one, and dropping it would hide its load from the autoscaler.

@@ -251,6 +251,29 @@ TEST_F(DeploymentControllerTest, AReadyReplicaSurvivesTwoMissedProbes) {
   EXPECT_TRUE(dc_->Routes()[0].endpoints.at(0).ready);
 }
 
+TEST_F(DeploymentControllerTest, ReplicasPassAdmissionAndARefusalIsShownAndRetried) {
+  bool allow = false;
+  dc_ = std::make_unique<DeploymentController>(
+      &store_, &clock_, &metrics_,
+      DeploymentControllerOptions{.engine_binary = "/bin/aicloud",
+                                  .admit = [&](const json& job, std::string*) {
+                                    EXPECT_EQ(job["metadata"]["tenant"], "acme");
+                                    return allow ? OkStatus()
+                                                 : PermissionDeniedError("admission rule hard-quota of tenant acme: full");
+                                  }},
+      [this](const std::string& url) { return fake_[url]; });
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
+  dc_->Turn();
+  EXPECT_TRUE(Replicas().empty());
+  EXPECT_NE(Status().value("error", "").find("replica refused by admission: admission rule hard-quota"), std::string::npos)
+      << Status().dump();
+  allow = true;  // quota freed up
+  dc_->Turn();
+  EXPECT_EQ(Replicas().size(), 1u);
+  EXPECT_FALSE(Status().contains("error"));
+  EXPECT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21000") << "the refused attempt did not use up a port";
+}
+
 TEST_F(DeploymentControllerTest, ABurstScalesUpWithinMax) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 3}}}, {"autoscaler", {{"policy", "kpa"}}}});
   dc_->Turn();

@@ -34,7 +34,12 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   ControlPlane* cp = s->control_.get();
   s->deployments_ = std::make_unique<DeploymentController>(
       s->store_.get(), &s->clock_, &s->metrics_,
-      DeploymentControllerOptions{.engine_binary = engine, .tick = config.deployment_tick}, nullptr,
+      DeploymentControllerOptions{.engine_binary = engine,
+                                  .tick = config.deployment_tick,
+                                  .admit = [st = s->store_.get(), cp](const nlohmann::json& job, std::string* warning) {
+                                    return AdmitJob(st, cp, job, warning);
+                                  }},
+      nullptr,
       [cp] { cp->Wake(); });
   AICLOUD_RETURN_IF_ERROR(s->deployments_->Start());
   s->api_ = std::make_unique<Api>(s->store_.get(), s->auth_.get(), s->audit_.get(), s->control_.get(),
