@@ -27,7 +27,8 @@ std::string RandomId(int bytes) {
   return s;
 }
 
-std::string NowRfc3339() {
+// With milliseconds: heartbeats are compared at sub-second resolution.
+std::string NowRfc3339Ms() {
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
@@ -485,18 +486,18 @@ void ControlPlane::ApplyReports() {
       if (w.attempt != r.attempt || w.node != r.node || WorkerDone(w.state)) continue;
       if (r.state == "Running" && w.state == "Pending") {
         w.state = "Running";
-        w.started_at = NowRfc3339();
+        w.started_at = NowRfc3339Ms();
         w.started_us = clock_->NowMicros();
         job->dirty = true;
       } else if (r.state == "Succeeded" || r.state == "Failed" || r.state == "Killed") {
         if (w.started_us == 0) {
           w.started_us = clock_->NowMicros();
-          w.started_at = NowRfc3339();
+          w.started_at = NowRfc3339Ms();
         }
         w.state = r.state;
         w.exit_code = r.exit_code;
         w.message = r.message;
-        w.finished_at = NowRfc3339();
+        w.finished_at = NowRfc3339Ms();
         w.cpu_seconds = r.cpu_seconds;
         double secs = static_cast<double>(clock_->NowMicros() - w.started_us) / kMicrosPerSecond;
         double gpus = job->spec ? job->spec->GpusPerWorker() : 0;
@@ -573,7 +574,7 @@ void ControlPlane::EndAttempt(Job& job, const std::string& worker_state, const s
   for (Worker& w : job.workers) {
     if (!WorkerDone(w.state)) {
       w.state = worker_state;
-      w.finished_at = NowRfc3339();
+      w.finished_at = NowRfc3339Ms();
       if (w.message.empty()) w.message = reason;
     }
   }
@@ -726,7 +727,7 @@ json ControlPlane::StatusOf(const Job& job) const {
                        {"costUsd", job.cost}}}};
   if (!job.reason.empty()) s["reason"] = job.reason;
   if (!job.message.empty()) s["message"] = job.message;
-  if (Terminal(job.phase)) s["finishedAt"] = NowRfc3339();
+  if (Terminal(job.phase)) s["finishedAt"] = NowRfc3339Ms();
   return s;
 }
 
@@ -763,7 +764,7 @@ void ControlPlane::Flush() {
       continue;
     }
     (*cur)["status"] = {{"phase", n.ready ? "Ready" : "NotReady"}, {"epoch", n.epoch},
-                        {"lastHeartbeat", NowRfc3339()}};
+                        {"lastHeartbeat", NowRfc3339Ms()}};
     keys.push_back("node:" + name);
     ops.push_back(store::WriteOp::Update(std::move(*cur), store::ResourceVersionOf(*cur)));
   }
@@ -864,7 +865,7 @@ StatusOr<json> ControlPlane::RegisterNode(const std::string& name, const json& s
   n->ready = true;
   n->cordoned = cordoned;
   n->last_seen_us = clock_->NowMicros();
-  obj["status"] = {{"phase", "Ready"}, {"epoch", n->epoch}, {"lastHeartbeat", NowRfc3339()}};
+  obj["status"] = {{"phase", "Ready"}, {"epoch", n->epoch}, {"lastHeartbeat", NowRfc3339Ms()}};
   StatusOr<json> w = cur.ok() ? store_->Update(obj, store::ResourceVersionOf(*cur)) : store_->Create(obj);
   if (!w.ok()) return w.status();
   cluster::Node& cn = cluster_.node(n->id);

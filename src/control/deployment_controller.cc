@@ -16,15 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string NowRfc3339() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string Label(const json& object, const std::string& key) {
   const json& meta = object.value("metadata", json::object());
   const json& labels = meta.value("labels", json::object());

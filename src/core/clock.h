@@ -12,10 +12,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 namespace aicloud {
 
 inline constexpr int64_t kMicrosPerSecond = 1'000'000;
+
+// The wall-clock time now as RFC 3339 UTC with seconds ("2026-11-22T13:50:54Z"), the form of
+// createdAt, lastHeartbeat and similar fields. Thread-safe.
+std::string NowRfc3339();
 
 // Thread-safe: NowMicros may be called from any thread.
 class Clock {

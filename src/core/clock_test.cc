@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <regex>
 #include <thread>
 
 namespace aicloud {
@@ -45,6 +46,11 @@ TEST(RealClockTest, NeverGoesBackwards) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_GE(clock.NowMicros() - last, 1000);
+}
+
+TEST(NowRfc3339, IsUtcToTheSecond) {
+  const std::string t = NowRfc3339();
+  EXPECT_TRUE(std::regex_match(t, std::regex(R"(20\d\d-[01]\d-[0-3]\dT[0-2]\d:[0-5]\d:[0-6]\dZ)"))) << t;
 }
 
 }  // namespace
