@@ -90,10 +90,17 @@ std::string AddressToReach(const std::string& server_url) {
   } else if (size_t colon = rest.rfind(':'); colon != std::string::npos) {
     host = rest.substr(0, colon);
   }
+  // IPv4 first: engines listen on 0.0.0.0, so an IPv6 answer (localhost as ::1) would be an
+  // address nothing serves on.
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_family = AF_INET;
   addrinfo* res = nullptr;
-  if (host.empty() || getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  if (host.empty()) return "";
+  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) {
+    hints.ai_family = AF_UNSPEC;
+    if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  }
   std::string out;
   const int fd = socket(res->ai_family, SOCK_DGRAM, 0);
   if (fd >= 0) {

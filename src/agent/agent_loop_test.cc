@@ -409,6 +409,7 @@ TEST_F(AgentLoopTest, RefusedLogIsNoLongerShipped) {
 TEST(AgentAddress, IsTheSourceAddressTowardsTheServer) {
   EXPECT_EQ(AddressToReach("http://127.0.0.1:8080"), "127.0.0.1");
   EXPECT_EQ(AddressToReach("https://127.0.0.1/api"), "127.0.0.1");
+  EXPECT_EQ(AddressToReach("http://localhost:8080"), "127.0.0.1") << "IPv4 first: engines listen on 0.0.0.0";
   EXPECT_EQ(AddressToReach("http://no-such-host.invalid:80"), "");
 }
 

@@ -267,9 +267,10 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
   std::cout << "aicloud up: " << sim_nodes << " simulated node(s) with " << gpus_per_node << "x " << sim_gpu
             << " each; their jobs run as real processes on this machine\n";
   // Nodes added for unschedulable jobs are simulated nodes of the same shape.
-  SimProvisioner pool(make_agent, *delay,
-                      {.gpus = gpus_per_node, .gpu_model = sim_gpu, .cpu_millis = 64000, .memory_mib = 512 * 1024});
-  control::NodeAutoscaler node_autoscaler(st, s.control(), s.clock(), s.metrics(), &pool, *node_opts);
+  auto pool = std::make_unique<SimProvisioner>(
+      make_agent, *delay,
+      control::NodeShape{.gpus = gpus_per_node, .gpu_model = sim_gpu, .cpu_millis = 64000, .memory_mib = 512 * 1024});
+  control::NodeAutoscaler node_autoscaler(st, s.control(), s.clock(), s.metrics(), pool.get(), *node_opts);
   if (Status na = node_autoscaler.Start(); !na.ok()) return Fail(na);
   if (node_opts->max_nodes > 0) {
     std::cout << "aicloud up: cluster autoscaler on: up to " << node_opts->max_nodes << " more node(s), "
@@ -309,6 +310,7 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
     }
     if (exit_after_demo) {
       node_autoscaler.Stop();
+      pool.reset();  // its agents stop before the server does
       agents.clear();
       s.Stop();
       return phase == "Succeeded" ? 0 : 1;
@@ -320,6 +322,7 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
   WaitForSignal();
   std::cout << "aicloud up: stopping\n";
   node_autoscaler.Stop();
+  pool.reset();  // its agents stop before the server does
   agents.clear();
   s.Stop();
   return 0;
@@ -410,6 +413,9 @@ void AddServer(CLI::App& app, int* exit_code) {
   ag->add_option("--inventory", *a_inventory, "declared hardware (inventory YAML) instead of NVML");
   ag->add_option("--node", *a_node, "node name (default: the inventory's only node, or the hostname)");
   ag->add_flag("--discover", *a_discover, "discover GPUs through NVML");
+  auto a_address = std::make_shared<std::string>();
+  ag->add_option("--address", *a_address,
+                 "where the gateway reaches this node's replicas (default: the source address towards the server)");
   ag->add_option("--work-dir", *a_work, "attempt dirs, logs and checkpoints");
   ag->add_option("--heartbeat", *a_heartbeat, "heartbeat interval (default 10s)");
   ag->add_option("--ca-file", *a_ca, "CA of an https server");
@@ -442,6 +448,7 @@ void AddServer(CLI::App& app, int* exit_code) {
       name = host;
     }
     spec->erase("name");
+    if (!a_address->empty()) (*spec)["address"] = *a_address;
     agent::AgentOptions ao;
     ao.server_url = *a_server;
     ao.token = *a_token;

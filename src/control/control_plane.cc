@@ -1122,7 +1122,8 @@ double ControlPlane::TenantGpusInUse(const std::string& tenant) {
   return used;
 }
 
-Status AdmitJob(store::Store* store_, ControlPlane* control_, const json& job, std::string* warning) {
+Status AdmitJob(store::Store* store_, ControlPlane* control_, const json& job, std::string* warning,
+                double unseen_gpus) {
   const std::string tenant = job["metadata"].value("tenant", "");
   StatusOr<json> t = store_->Get({"Tenant", "", tenant});
   if (!t.ok()) {
@@ -1146,7 +1147,7 @@ Status AdmitJob(store::Store* store_, ControlPlane* control_, const json& job, s
   }
   if (ts.contains("quota") && gpus > 0) {
     const json q = ts["quota"];
-    const double used = control_->TenantGpusInUse(tenant);
+    const double used = control_->TenantGpusInUse(tenant) + unseen_gpus;
     if (q.contains("gpus") && used + gpus > q["gpus"].get<double>()) {
       return PermissionDeniedError("admission rule hard-quota of tenant " + tenant + ": " +
                                    std::to_string(used) + " GPUs in use + " + std::to_string(gpus) +

@@ -229,6 +229,9 @@ class ControlPlane {
 // quota against what the tenant's jobs hold now): NOT_FOUND for an unknown tenant,
 // INVALID_ARGUMENT / PERMISSION_DENIED naming the rule; a soft-quota excess is OK with
 // *warning set. The API applies it to created Jobs, the deployment controller to replicas.
-Status AdmitJob(store::Store* store, ControlPlane* control, const nlohmann::json& job, std::string* warning);
+// `unseen_gpus`: GPUs of the tenant's jobs admitted but not yet known to `control` (created in
+// the same pass), counted as in use.
+Status AdmitJob(store::Store* store, ControlPlane* control, const nlohmann::json& job, std::string* warning,
+                double unseen_gpus = 0);
 
 }  // namespace aicloud::control

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "control/job.h"
 #include "http/client.h"
 
 namespace aicloud::control {
@@ -219,6 +220,7 @@ int DeploymentController::NextPort(std::vector<int>* used) const {
 }
 
 void DeploymentController::Turn() {
+  admitted_gpus_.clear();
   StatusOr<store::ListResult> deps = store_->List({.kind = "Deployment"});
   StatusOr<store::ListResult> jobs = store_->List({.kind = "Job"});
   if (!deps.ok() || !jobs.ok()) {
@@ -486,11 +488,14 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     const json job = ReplicaJob(of, tenant, name, job_name, port, options_.engine_binary);
     if (options_.admit) {
       std::string warning;
-      if (Status a = options_.admit(job, &warning); !a.ok()) {
+      double& unseen = admitted_gpus_[tenant];
+      if (Status a = options_.admit(job, unseen, &warning); !a.ok()) {
         used_ports->pop_back();  // NextPort took it for this replica
         refused = "replica refused by admission: " + std::string(a.message());
         return false;
       }
+      StatusOr<JobSpec> js = ParseJobSpec(job["spec"]);
+      if (js.ok()) unseen += js->GpusPerWorker() * js->workers;
     }
     StatusOr<json> made = store_->Create(job);
     if (!made.ok()) {

@@ -100,8 +100,10 @@ struct DeploymentControllerOptions {
   // Where a node's replicas are reached: its Node spec.address, else this.
   std::string default_address = "127.0.0.1";
   // Admission for a replica Job before it is created (the server passes the Tenant rules:
-  // AdmitJob). A refusal is shown in status.error and retried every turn (quota may free up).
-  std::function<Status(const nlohmann::json& job, std::string* warning)> admit;
+  // AdmitJob). `unseen_gpus`: GPUs of the tenant's replicas admitted earlier in the same turn
+  // (the control plane learns of new jobs after the turn). A refusal is shown in status.error
+  // and retried every turn (quota may free up).
+  std::function<Status(const nlohmann::json& job, double unseen_gpus, std::string* warning)> admit;
 };
 
 class DeploymentController {
@@ -174,6 +176,7 @@ class DeploymentController {
   std::thread thread_;
   Counter* scale_events_ = nullptr;
   uint64_t serial_ = 0;  // Turn() only
+  std::map<std::string, double> admitted_gpus_;  // tenant -> GPUs of replicas admitted this turn; Turn() only
 };
 
 }  // namespace aicloud::control

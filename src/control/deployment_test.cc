@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 
 #include "store/memory_store.h"
@@ -252,26 +253,36 @@ TEST_F(DeploymentControllerTest, AReadyReplicaSurvivesTwoMissedProbes) {
 }
 
 TEST_F(DeploymentControllerTest, ReplicasPassAdmissionAndARefusalIsShownAndRetried) {
-  bool allow = false;
+  // A quota of 2 GPUs, none in use as far as the control plane knows: replicas admitted earlier
+  // in the same turn must count, or all 3 would pass.
+  double quota = 2;
+  std::vector<double> seen_unseen;
   dc_ = std::make_unique<DeploymentController>(
       &store_, &clock_, &metrics_,
       DeploymentControllerOptions{.engine_binary = "/bin/aicloud",
-                                  .admit = [&](const json& job, std::string*) {
+                                  .admit = [&](const json& job, double unseen, std::string*) {
                                     EXPECT_EQ(job["metadata"]["tenant"], "acme");
-                                    return allow ? OkStatus()
-                                                 : PermissionDeniedError("admission rule hard-quota of tenant acme: full");
+                                    seen_unseen.push_back(unseen);
+                                    return unseen + 1 <= quota
+                                               ? OkStatus()
+                                               : PermissionDeniedError("admission rule hard-quota of tenant acme: full");
                                   }},
       [this](const std::string& url) { return fake_[url]; });
-  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
+  Apply({{"model", "/m"}, {"replicas", {{"min", 3}, {"max", 3}}}, {"resources", {{"gpu", {{"count", 1}}}}}});
   dc_->Turn();
-  EXPECT_TRUE(Replicas().empty());
+  EXPECT_EQ(Replicas().size(), 2u) << "the third would exceed the quota";
+  EXPECT_EQ(seen_unseen, (std::vector<double>{0, 1, 2}));
   EXPECT_NE(Status().value("error", "").find("replica refused by admission: admission rule hard-quota"), std::string::npos)
       << Status().dump();
-  allow = true;  // quota freed up
+  quota = 100;  // freed up (the next turn starts the tally again)
+  seen_unseen.clear();
   dc_->Turn();
-  EXPECT_EQ(Replicas().size(), 1u);
+  EXPECT_EQ(Replicas().size(), 3u);
+  EXPECT_EQ(seen_unseen, std::vector<double>{0});
   EXPECT_FALSE(Status().contains("error"));
-  EXPECT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21000") << "the refused attempt did not use up a port";
+  std::set<std::string> ports;
+  for (const json& j : Replicas()) ports.insert(j["metadata"]["labels"][kPortLabel].get<std::string>());
+  EXPECT_EQ(ports, (std::set<std::string>{"21000", "21001", "21002"}));
 }
 
 TEST_F(DeploymentControllerTest, ABurstScalesUpWithinMax) {

@@ -47,12 +47,12 @@ ScriptProvisioner::ScriptProvisioner(std::string script, NodeShape shape)
     : script_(std::move(script)), shape_(std::move(shape)) {}
 
 ScriptProvisioner::~ScriptProvisioner() {
-  std::vector<std::thread> running;
+  std::vector<Hook> running;
   {
     std::lock_guard<std::mutex> l(mu_);
     running.swap(running_);
   }
-  for (std::thread& t : running) t.join();
+  for (Hook& h : running) h.thread.join();
 }
 
 Status ScriptProvisioner::Run(const std::string& verb, const std::string& node) {
@@ -60,7 +60,20 @@ Status ScriptProvisioner::Run(const std::string& verb, const std::string& node) 
   const std::string cmd = "AICLOUD_NODE=" + ShellQuote(node) + " " + ShellQuote(script_) + " " + verb + " " +
                           ShellQuote(node) + " 2>&1";
   std::lock_guard<std::mutex> l(mu_);
-  running_.emplace_back([this, cmd, verb, node] {
+  for (auto it = running_.begin(); it != running_.end();) {  // join the finished ones
+    if (it->done->load()) {
+      it->thread.join();
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  running_.push_back({std::thread([this, cmd, verb, node, done] {
+    struct MarkDone {
+      std::atomic<bool>* d;
+      ~MarkDone() { d->store(true); }
+    } mark{done.get()};
     FILE* p = popen(cmd.c_str(), "r");
     if (p == nullptr) {
       spdlog::warn("node hook {} {}: cannot start {}", verb, node, script_);
@@ -83,7 +96,7 @@ Status ScriptProvisioner::Run(const std::string& verb, const std::string& node) 
       ++failed_;
       spdlog::warn("node hook {} {}: exit {}: {}", verb, node, code, tail);
     }
-  });
+  }), done});
   return OkStatus();
 }
 
@@ -212,8 +225,14 @@ void NodeAutoscaler::Turn() {
         off_reasons.emplace_back(name, "provision_timeout");
       }
     }
-    // 2. Scale down: our Ready nodes that stayed empty.
+    // 2. Scale down: our Ready nodes that stayed empty, and ours that went away.
     for (auto& [name, a] : added_) {
+      if (a.registered && !ready[name]) {
+        if (a.not_ready_since_us == 0) a.not_ready_since_us = now;
+        if (now - a.not_ready_since_us > options_.provision_timeout.count() * 1000) off_reasons.emplace_back(name, "lost");
+      } else {
+        a.not_ready_since_us = 0;
+      }
       if (!a.registered || !ready[name] || busy.count(name)) {
         a.idle_since_us = 0;
         continue;

@@ -15,7 +15,8 @@
 //    `provision_timeout` it is powered off again and counted as failed).
 // 2. Scale down. A node this autoscaler added that is Ready with no job on it for
 //    `unneeded_for` (cluster-autoscaler's scale-down-unneeded-time, 10 min) is cordoned and
-//    powered off. Nodes it did not add are never touched; busy nodes are not drained to
+//    powered off; one that stays NotReady for `provision_timeout` after it had registered is
+//    powered off too (and its slot freed). Nodes it did not add are never touched; busy nodes are not drained to
 //    consolidate (a job is never moved to save a node).
 // The nodes it added carry the label aicloud/autoscaled=true on their Node object, so a
 // restarted server knows them.
@@ -26,6 +27,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -61,7 +63,9 @@ class NodeProvisioner {
 
 // Runs the operator's hook: `<script> up <node>` and `<script> down <node>` through /bin/sh in
 // the background (power on through IPMI, PXE install, start `aicloud agent --node <node>`...),
-// with AICLOUD_NODE set. Its exit status and the last lines of its output are logged.
+// with AICLOUD_NODE set. Its exit status and the last lines of its output are logged. A hook
+// is done when its output closes: anything it leaves running must not keep stdout/stderr
+// (redirect them, e.g. `nohup aicloud agent ... >/var/log/agent.log 2>&1 &`).
 class ScriptProvisioner final : public NodeProvisioner {
  public:
   ScriptProvisioner(std::string script, NodeShape shape);
@@ -78,8 +82,12 @@ class ScriptProvisioner final : public NodeProvisioner {
 
   std::string script_;
   NodeShape shape_;
+  struct Hook {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
   std::mutex mu_;
-  std::vector<std::thread> running_;  // GUARDED_BY(mu_)
+  std::vector<Hook> running_;  // GUARDED_BY(mu_); finished ones are joined by the next Run
   std::atomic<int> ok_{0}, failed_{0};
 };
 
@@ -110,7 +118,8 @@ class NodeAutoscaler {
   struct Added {
     int64_t powered_on_us = 0;
     bool registered = false;
-    int64_t idle_since_us = 0;  // 0 = busy (or not yet seen idle)
+    int64_t idle_since_us = 0;       // 0 = busy (or not yet seen idle)
+    int64_t not_ready_since_us = 0;  // registered, then NotReady since; 0 = Ready
   };
 
   std::string FreeName() const;

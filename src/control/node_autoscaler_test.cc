@@ -168,6 +168,34 @@ TEST_F(NodeAutoscalerTest, ANodeThatNeverRegistersIsPoweredOffAfterTheTimeout) {
   EXPECT_EQ(prov_.on.size(), 2u);
 }
 
+TEST_F(NodeAutoscalerTest, AnAddedNodeThatDiesIsPoweredOffAndItsSlotFreed) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .provision_timeout = std::chrono::seconds(60)});
+  Job("j", Gpus(1, 8), "Pending", "Unschedulable");
+  clock_.Advance(2'000'000);
+  na.Turn();
+  clock_.Advance(2'000'000);
+  na.Turn();
+  ASSERT_EQ(prov_.on.size(), 1u);
+  prov_.Register("auto-0");
+  Job("j", Gpus(1, 8), "Running", "", "auto-0");
+  na.Turn();
+  prov_.SetPhase("auto-0", "NotReady");  // the machine died; its job goes back to the queue
+  Job("j", Gpus(1, 8), "Pending", "Unschedulable");
+  clock_.Advance(30'000'000);
+  na.Turn();
+  EXPECT_TRUE(prov_.off.empty()) << "not yet: it may come back";
+  EXPECT_EQ(prov_.on.size(), 1u) << "the pool of 1 is used up";
+  clock_.Advance(31'000'000);  // 31 s since it was first seen NotReady
+  na.Turn();
+  EXPECT_TRUE(prov_.off.empty());
+  clock_.Advance(30'000'000);  // 61 s
+  na.Turn();
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+  na.Turn();
+  EXPECT_EQ(prov_.on.size(), 2u) << "the slot is free again for the waiting job";
+}
+
 TEST(ScriptProvisioner, RunsTheHookWithVerbAndNode) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hook-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

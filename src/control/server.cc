@@ -36,8 +36,9 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
       s->store_.get(), &s->clock_, &s->metrics_,
       DeploymentControllerOptions{.engine_binary = engine,
                                   .tick = config.deployment_tick,
-                                  .admit = [st = s->store_.get(), cp](const nlohmann::json& job, std::string* warning) {
-                                    return AdmitJob(st, cp, job, warning);
+                                  .admit = [st = s->store_.get(), cp](const nlohmann::json& job, double unseen_gpus,
+                                                                      std::string* warning) {
+                                    return AdmitJob(st, cp, job, warning, unseen_gpus);
                                   }},
       nullptr,
       [cp] { cp->Wake(); });

@@ -336,7 +336,6 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
                                   call.info.model + "`",
                               "model"));
   }
-  deps_.directory->NoteActivity(route->deployment);
 
   // 4. Rate limits: 1 request and the token estimate, from key and tenant at once.
   const bool budgeted = call.who.key_limits.HasBudget() || call.who.tenant_limits.HasBudget();
@@ -368,6 +367,10 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
     call.reservation = std::move(*r);
   }
   call.settled = false;
+
+  // Admitted: the deployment is in use (scale to zero counts idleness from the last of these;
+  // refused requests do not keep it up).
+  deps_.directory->NoteActivity(route->deployment);
 
   // 6. The body to send: the engine's model name for an alias, usage asked for in streams,
   // and max_tokens when a budget depends on it.
