@@ -515,8 +515,9 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     ++fresh_n;
   }
   while (stable_spec && stable_n < want_stable && create(*stable_spec)) ++stable_n;
-  // Extra replicas of the current revision: not-ready ones first.
-  if (fresh_n > want_new) {
+  // Extra replicas of the current revision: not-ready ones first. (During a canary, a lower
+  // weight retires canary replicas like old ones, once their stable replacements are ready.)
+  if (fresh_n > want_new && !stable_spec) {
     std::stable_sort(fresh.begin(), fresh.end(), [](Replica* a, Replica* b) { return !a->ready && b->ready; });
     for (Replica* r : fresh) {
       if (fresh_n <= want_new) break;
@@ -538,6 +539,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       }
     }
   };
+  if (stable_spec) retire(fresh, want_new);
   retire(stable, want_stable);
   retire(old, 0);
   // The new revision becomes the stable one once nothing else runs (a canary: once promoted to

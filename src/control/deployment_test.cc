@@ -432,6 +432,27 @@ TEST_F(DeploymentControllerTest, CanaryRunsBothRevisionsByWeightAndIsPromotedAt1
   EXPECT_EQ(n[canary], 2);
   EXPECT_EQ(n[stable], 2);
 
+  // Back to 25: one canary replica goes, but only once its stable replacement is ready.
+  Apply(CanarySpec(4, 25));
+  dc_->Turn();
+  n = CountByRevision(Replicas());
+  EXPECT_EQ(n[canary], 2) << "the new stable replica is not ready yet";
+  EXPECT_EQ(n[stable], 3);
+  RunAll();
+  dc_->Turn();
+  n = CountByRevision(Replicas());
+  EXPECT_EQ(n[canary], 1);
+  EXPECT_EQ(n[stable], 3);
+  Apply(CanarySpec(4, 50));
+  for (int i = 0; i < 4; ++i) {
+    RunAll();
+    clock_.Advance(1'000'000);
+    dc_->Turn();
+  }
+  n = CountByRevision(Replicas());
+  ASSERT_EQ(n[canary], 2);
+  ASSERT_EQ(n[stable], 2);
+
   // Promote: weight 100 retires the stable replicas as a rolling update does (never below 4
   // ready with maxUnavailable 0), then the canary is the stable revision.
   Apply(CanarySpec(4, 100));
