@@ -28,13 +28,7 @@ cleanup() {
 trap 'cleanup 2>/dev/null' EXIT
 trap 'exit 1' INT TERM
 export AICLOUD_CONFIG=$tmp/admin.json
-failed=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failed=1; }
-wait_until() {  # wait_until SECONDS CMD...
-  local end=$((SECONDS + $1)); shift
-  while :; do "$@" && return 0; [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
-}
+. "$(dirname "$0")/e2e_lib.sh"  # pass, fail, wait_until; failed=0
 
 "$bin" model init --arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 \
   --vocab-from data/tokenizers/gpt2/tokenizer.json --out "$tmp/tiny" --dtype f16 --seed 3 >"$tmp/init.log" 2>&1 \

@@ -21,13 +21,7 @@ cleanup() {
 trap 'cleanup 2>/dev/null' EXIT
 trap 'exit 1' INT TERM
 export AICLOUD_CONFIG=$tmp/admin.json
-failed=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; failed=1; }
-wait_until() {  # wait_until SECONDS CMD...
-  local end=$((SECONDS + $1)); shift
-  while :; do "$@" && return 0; [ $SECONDS -ge $end ] && return 1; sleep 0.2; done
-}
+. "$(dirname "$0")/e2e_lib.sh"  # pass, fail, wait_until; failed=0
 nodes() { "$bin" get nodes -o json 2>/dev/null | jq -c "$1"; }
 
 "$bin" up --data-dir "$tmp/up" --port 0 --sim-nodes 1 --gpus-per-node 2 --node-pool 2 \

@@ -417,6 +417,20 @@ const S& RackSpec() {
   return s;
 }
 
+// spec.resources of a Job and of a Deployment's replicas (one worker's share).
+Field Resources() {
+  return {"resources", T::kObject, false,
+          {{"cpu", T::kQuantity},
+           {"memory", T::kQuantity},
+           {"gpu", T::kObject, false,
+            {{"count", T::kInt},
+             {"model", T::kStringOrList},
+             {"topology", T::kString},
+             {"profile", T::kString},
+             {"fraction", T::kNumber},
+             {"memoryGiB", T::kNumber}}}}};
+}
+
 const S& JobSpec() {
   static const S s = {
       {"workers", T::kInt},
@@ -424,16 +438,7 @@ const S& JobSpec() {
       {"command", T::kStringOrList, true},
       {"env", T::kStringMap},
       {"workingDir", T::kString},
-      {"resources", T::kObject, false,
-       {{"cpu", T::kQuantity},
-        {"memory", T::kQuantity},
-        {"gpu", T::kObject, false,
-         {{"count", T::kInt},
-          {"model", T::kStringOrList},
-          {"topology", T::kString},
-          {"profile", T::kString},
-          {"fraction", T::kNumber},
-          {"memoryGiB", T::kNumber}}}}},
+      Resources(),
       {"restartPolicy", T::kString},
       {"maxRetries", T::kInt},
       {"priority", T::kInt},
@@ -454,16 +459,7 @@ const S& DeploymentSpec() {
       {"model", T::kString, true},
       {"servedModelName", T::kString},
       {"adapters", T::kArray, false, {{"name", T::kString, true}, {"path", T::kString, true}}, T::kObject},
-      {"resources", T::kObject, false,
-       {{"cpu", T::kQuantity},
-        {"memory", T::kQuantity},
-        {"gpu", T::kObject, false,
-         {{"count", T::kInt},
-          {"model", T::kStringOrList},
-          {"topology", T::kString},
-          {"profile", T::kString},
-          {"fraction", T::kNumber},
-          {"memoryGiB", T::kNumber}}}}},
+      Resources(),
       {"replicas", T::kObject, false, {{"min", T::kInt}, {"max", T::kInt}}},
       {"slo", T::kObject, false,
        {{"ttftP99Ms", T::kNumber}, {"tpotP99Ms", T::kNumber}, {"tokensPerS", T::kNumber}}},
