@@ -165,6 +165,12 @@ if wait_until 90 warm_and '(.status.canary.readyReplicas // 0) >= 1 and .status.
   else
     fail $c "$out; status: $(dep_field chat acme '.status | del(.history)')"
   fi
+  out=$("$bin" rollout undo chat -t acme --to-revision 00000000 2>&1); rc=$?
+  [ $rc != 0 ] && grep -q "revision 00000000 is not in deployment/chat's history" <<<"$out" \
+    && pass rollout-undo-unknown-revision || fail rollout-undo-unknown-revision "exit $rc: $out"
+  out=$("$bin" rollout undo nosuch -t acme 2>&1); rc=$?
+  [ $rc != 0 ] && grep -qi "not found" <<<"$out" && pass rollout-undo-unknown-deployment \
+    || fail rollout-undo-unknown-deployment "exit $rc: $out"
   "$bin" rollout history chat -t acme >"$tmp/history.txt" 2>&1
   grep -q "$canary_rev" "$tmp/history.txt" && grep -q "$stable.*current" "$tmp/history.txt" && pass rollout-history \
     || fail rollout-history "$(cat "$tmp/history.txt")"
