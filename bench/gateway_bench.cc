@@ -8,19 +8,24 @@
 //
 //   gateway_bench --rate 5000 --seconds 5 --rounds 4 [--connections 64] [--json out.json]
 //                 [--worker-path] [--stub-workers] [--proxy-threads N] [--only TARGET]
+//                 [--pin LOADGEN,STUB,PROXY] [--usage log|null]
 //
 // --worker-path adds a fourth target, "gw-worker": a second gateway with fast_path off, so every
 // request takes a worker thread and a blocking upstream client (the gateway before the fast path).
 // The stub answers a fixed chat.completion body (with usage) from an http::Server, inline on its
 // I/O thread (--stub-workers: through its worker pool, as the stub did before). --proxy-threads
 // gives the gateways that many I/O threads and nginx that many worker processes; --only runs one
-// target besides direct (for profiling it). Latency is measured from each request's scheduled
+// target besides direct (for profiling it). --pin puts the load generator, the stub's threads and
+// the proxies (the gateways' threads and nginx) each on its own CPU, so that on a machine with
+// cores to spare none of them waits for another's time slice. Latency is measured from each request's scheduled
 // send time (open loop: a late send counts against the system, so coordinated omission does not
 // hide queueing). Results: bench/RESULTS.md section 8.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/epoll.h>
@@ -67,7 +72,20 @@ struct Flags {
   bool stub_workers = false;
   std::string only;  // run this target alone (for profiling), besides direct
   int proxy_threads = 1;  // the gateway's I/O threads and nginx's worker processes
+  std::string usage = "log";  // the gateways' usage sink: log (JSON lines to /dev/null) or null
+  std::vector<int> pin;   // CPUs of the load generator, the stub and the proxies; empty: unpinned
 };
+
+// Binds the calling thread to `cpu`; threads and processes it starts afterwards inherit it.
+void PinThisThread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (int err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); err != 0) {
+    std::fprintf(stderr, "error: cannot pin to CPU %d: %s\n", cpu, std::strerror(err));
+    std::exit(1);
+  }
+}
 
 const char kStubBody[] =
     R"({"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"m",)"
@@ -227,6 +245,26 @@ Result Run(uint16_t port, const std::string& request, double rate, double second
   return res;
 }
 
+// Thread ids of process `pid` ("self" for this one).
+std::vector<std::string> ThreadsOf(const std::string& pid) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + pid + "/task", ec)) out.push_back(e.path().filename());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// CPU time in ns the given threads of `pid` have run (first field of their schedstat).
+int64_t CpuNs(const std::string& pid, const std::vector<std::string>& tids) {
+  int64_t total = 0;
+  for (const std::string& t : tids) {
+    std::ifstream in("/proc/" + pid + "/task/" + t + "/schedstat");
+    int64_t ns = 0;
+    if (in >> ns) total += ns;
+  }
+  return total;
+}
+
 double Pct(std::vector<double>& v, double p) {
   if (v.empty()) return NAN;
   size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())) - 1));
@@ -334,18 +372,31 @@ int Main(int argc, char** argv) {
     else if (a == "--stub-workers") f.stub_workers = true;
     else if (a == "--only") f.only = val();
     else if (a == "--proxy-threads") f.proxy_threads = std::max(1, std::stoi(val()));
-    else {
+    else if (a == "--usage") f.usage = val();
+    else if (a == "--pin") {
+      std::string v = val();
+      for (size_t p = 0; p <= v.size();) {
+        size_t comma = std::min(v.find(',', p), v.size());
+        f.pin.push_back(std::stoi(v.substr(p, comma - p)));
+        p = comma + 1;
+      }
+      if (f.pin.size() != 3) {
+        std::fprintf(stderr, "error: --pin wants three CPUs: LOADGEN,STUB,PROXY (got \"%s\")\n", v.c_str());
+        return 2;
+      }
+    } else {
       std::fprintf(stderr,
                    "usage: gateway_bench [--rate R] [--seconds S] [--warmup S] [--rounds N] [--connections C]\n"
                    "                     [--nginx PATH] [--policy P] [--no-limits] [--json FILE]\n"
                    "                     [--worker-path] [--stub-workers] [--only TARGET]\n"
-                   "                     [--proxy-threads N]\n");
+                   "                     [--proxy-threads N] [--pin LOADGEN,STUB,PROXY] [--usage log|null]\n");
       return 2;
     }
   }
   signal(SIGPIPE, SIG_IGN);
 
   // The stub upstream.
+  if (!f.pin.empty()) PinThisThread(f.pin[1]);
   http::Router stub_router;
   stub_router.Add("POST", "/v1/chat/completions", [](http::Request&) {
     return http::Response::Text(200, kStubBody, "application/json");
@@ -362,8 +413,21 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const uint16_t stub_port = (*stub)->port();
+  std::vector<std::string> stub_threads, main_thread = {std::to_string(gettid())};
+  for (const std::string& t : ThreadsOf("self")) {
+    if (t != main_thread[0]) stub_threads.push_back(t);
+  }
+  // The threads each target runs on, for its CPU time per request.
+  std::vector<std::string> before = ThreadsOf("self");
+  auto started_since = [&before] {
+    std::vector<std::string> now = ThreadsOf("self"), added;
+    std::set_difference(now.begin(), now.end(), before.begin(), before.end(), std::back_inserter(added));
+    before = std::move(now);
+    return added;
+  };
 
   // The gateway, in this process, with one replica (the stub).
+  if (!f.pin.empty()) PinThisThread(f.pin[2]);
   gateway::StaticDirectory dir;
   gateway::Route route;
   route.deployment = route.model = route.base_model = "m";
@@ -380,7 +444,10 @@ int Main(int argc, char** argv) {
   }
   (void)keys.Add("sk-bench", caller);
   std::FILE* devnull = std::fopen("/dev/null", "w");
-  gateway::LogUsageSink sink(devnull);
+  gateway::LogUsageSink log_sink(devnull);
+  gateway::NullUsageSink null_sink;
+  gateway::UsageSink& sink = f.usage == "null" ? static_cast<gateway::UsageSink&>(null_sink) : log_sink;
+  std::vector<std::string> sink_threads = started_since();
   gateway::GatewayOptions o;
   o.policy = f.policy;
   auto gw = gateway::Gateway::Create({.directory = &dir, .authenticate = keys.AsAuthenticator(), .usage = &sink}, o);
@@ -393,6 +460,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "error: gateway server: %s\n", gws.status().message().c_str());
     return 1;
   }
+  std::vector<std::string> gateway_threads = started_since();
+  gateway_threads.insert(gateway_threads.end(), sink_threads.begin(), sink_threads.end());
   // The same gateway with every request on a worker (the path before the fast path).
   std::unique_ptr<gateway::Gateway> gw_worker;
   std::unique_ptr<gateway::GatewayServer> gws_worker;
@@ -406,11 +475,14 @@ int Main(int argc, char** argv) {
     if (!s.ok()) return 1;
     gws_worker = std::move(*s);
   }
+  std::vector<std::string> worker_threads = started_since();
+  worker_threads.insert(worker_threads.end(), sink_threads.begin(), sink_threads.end());
 
   std::string nginx_dir, why;
   const uint16_t nginx_port = FreePort();
   pid_t nginx = StartNginx(f, stub_port, nginx_port, &nginx_dir, &why);
   if (nginx == 0) std::fprintf(stderr, "nginx: skipped: %s\n", why.c_str());
+  if (!f.pin.empty()) PinThisThread(f.pin[0]);
 
   const std::string body = R"({"model":"m","messages":[{"role":"user","content":"Hello, who are you?"}],"max_tokens":16})";
   auto request = [&](uint16_t port) {
@@ -421,27 +493,38 @@ int Main(int argc, char** argv) {
   struct Target {
     std::string name;
     uint16_t port;
+    std::string pid;                  // whose threads serve it ("self": this process)
+    std::vector<std::string> threads;  // empty: all of pid's
     Result all;
+    int64_t cpu_ns = 0;  // CPU time of those threads during the rounds
   };
-  std::vector<Target> targets = {{"direct", stub_port, {}}, {"gateway", (*gws)->port(), {}}};
-  if (nginx != 0) targets.push_back({"nginx", nginx_port, {}});
-  if (gws_worker) targets.push_back({"gw-worker", gws_worker->port(), {}});
+  std::vector<Target> targets = {{"direct", stub_port, "self", stub_threads, {}},
+                                 {"gateway", (*gws)->port(), "self", gateway_threads, {}}};
+  if (nginx != 0) targets.push_back({"nginx", nginx_port, std::to_string(nginx), {}, {}});
+  if (gws_worker) targets.push_back({"gw-worker", gws_worker->port(), "self", worker_threads, {}});
   if (!f.only.empty()) {
     std::erase_if(targets, [&](const Target& t) { return t.name != f.only && t.name != "direct"; });
   }
 
   std::printf("gateway_bench: %.0f req/s, %d connections, %d rounds x %.1f s (+%.1f s warm-up) per target, policy %s, limits %s, "
-              "proxy threads %d, stub %s\n",
+              "proxy threads %d, stub %s%s\n",
               f.rate, f.connections, f.rounds, f.seconds, f.warmup, f.policy.c_str(), f.limits ? "on" : "off",
-              f.proxy_threads, f.stub_workers ? "workers" : "inline");
+              f.proxy_threads, f.stub_workers ? "workers" : "inline",
+              f.pin.empty() ? "" : (", pinned to CPUs " + std::to_string(f.pin[0]) + "," + std::to_string(f.pin[1]) + "," +
+                                    std::to_string(f.pin[2])).c_str());
   for (int r = 0; r < f.rounds; ++r) {
     for (size_t k = 0; k < targets.size(); ++k) {  // rotate the order each round
       Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
+      const std::vector<std::string> tids = t.threads.empty() ? ThreadsOf(t.pid) : t.threads;
+      const int64_t cpu0 = CpuNs(t.pid, tids);
       Result x = Run(t.port, request(t.port), f.rate, f.seconds, f.warmup, f.connections);
+      const int64_t cpu = CpuNs(t.pid, tids) - cpu0;
+      t.cpu_ns += cpu;
+      const double sent = f.rate * (f.seconds + f.warmup);
       std::vector<double> copy = x.lat_us;
-      std::printf("  round %d %-9s n=%zu p50 %7.1f us  p99 %7.1f us  errors %lld late %lld\n", r + 1, t.name.c_str(),
-                  x.lat_us.size(), Pct(copy, 50), Pct(copy, 99), static_cast<long long>(x.errors),
-                  static_cast<long long>(x.late));
+      std::printf("  round %d %-9s n=%zu p50 %7.1f us  p99 %7.1f us  cpu %5.1f us/req  errors %lld late %lld\n", r + 1,
+                  t.name.c_str(), x.lat_us.size(), Pct(copy, 50), Pct(copy, 99), static_cast<double>(cpu) / 1e3 / sent,
+                  static_cast<long long>(x.errors), static_cast<long long>(x.late));
       std::fflush(stdout);
       t.all.lat_us.insert(t.all.lat_us.end(), x.lat_us.begin(), x.lat_us.end());
       t.all.errors += x.errors;
@@ -452,14 +535,18 @@ int Main(int argc, char** argv) {
   nlohmann::json out = {{"rate", f.rate}, {"seconds", f.seconds}, {"rounds", f.rounds}, {"connections", f.connections},
                         {"policy", f.policy}, {"limits", f.limits}};
   std::map<std::string, std::array<double, 3>> pct;
-  std::printf("\n%-9s %9s %10s %10s %10s %8s\n", "target", "requests", "p50 us", "p99 us", "p99.9 us", "errors");
+  // CPU per request: the serving threads' CPU time over the requests sent (warm-up included).
+  std::printf("\n%-9s %9s %10s %10s %10s %8s %12s\n", "target", "requests", "p50 us", "p99 us", "p99.9 us", "errors",
+              "cpu us/req");
+  const double sent_all = f.rate * (f.seconds + f.warmup) * f.rounds;
   for (Target& t : targets) {
     std::array<double, 3> p = {Pct(t.all.lat_us, 50), Pct(t.all.lat_us, 99), Pct(t.all.lat_us, 99.9)};
     pct[t.name] = p;
-    std::printf("%-9s %9zu %10.1f %10.1f %10.1f %8lld\n", t.name.c_str(), t.all.lat_us.size(), p[0], p[1], p[2],
-                static_cast<long long>(t.all.errors));
+    const double cpu_us = static_cast<double>(t.cpu_ns) / 1e3 / sent_all;
+    std::printf("%-9s %9zu %10.1f %10.1f %10.1f %8lld %12.1f\n", t.name.c_str(), t.all.lat_us.size(), p[0], p[1], p[2],
+                static_cast<long long>(t.all.errors), cpu_us);
     out["targets"][t.name] = {{"requests", t.all.lat_us.size()}, {"p50_us", p[0]}, {"p99_us", p[1]}, {"p999_us", p[2]},
-                              {"errors", t.all.errors}, {"late_sends", t.all.late}};
+                              {"errors", t.all.errors}, {"late_sends", t.all.late}, {"cpu_us_per_request", cpu_us}};
   }
   std::printf("\nadded latency over direct (difference of percentiles):\n");
   for (const char* name : {"gateway", "nginx", "gw-worker"}) {

@@ -1,6 +1,70 @@
 #include "gateway/usage.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+
 namespace aicloud::gateway {
+namespace {
+
+// JSON string escaping as nlohmann's dump does it (UTF-8 passes through; the fields are names
+// and messages that arrived in parsed JSON or were written by the gateway).
+void AppendString(std::string* out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    switch (c) {
+      case '"': out->append("\\\""); break;
+      case '\\': out->append("\\\\"); break;
+      case '\b': out->append("\\b"); break;
+      case '\f': out->append("\\f"); break;
+      case '\n': out->append("\\n"); break;
+      case '\r': out->append("\\r"); break;
+      case '\t': out->append("\\t"); break;
+      default:
+        if (u < 0x20) {
+          out->append("\\u00");
+          out->push_back(kHex[u >> 4]);
+          out->push_back(kHex[u & 15]);
+        } else {
+          out->push_back(c);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendInt(std::string* out, int64_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  out->append(buf, end);
+}
+
+// Shortest round-trip form, as nlohmann writes doubles ("0.5", "1e-05", "3.0"; null if not finite).
+void AppendDouble(std::string* out, double v) {
+  if (!std::isfinite(v)) {
+    out->append("null");
+    return;
+  }
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  std::string_view text(buf, static_cast<size_t>(end - buf));
+  out->append(text);
+  if (text.find_first_of(".eE") == std::string_view::npos) out->append(".0");
+}
+
+// `"key":`, after a comma unless it is the object's first.
+void Key(std::string* out, std::string_view key) {
+  if (out->back() != '{') out->push_back(',');
+  out->push_back('"');
+  out->append(key);
+  out->append("\":");
+}
+
+}  // namespace
 
 nlohmann::json UsageRecord::ToJson() const {
   nlohmann::json j = {{"request_id", request_id}, {"unix_ms", unix_ms},   {"key_id", key_id},
@@ -12,6 +76,33 @@ nlohmann::json UsageRecord::ToJson() const {
                       {"ttft_s", ttft_s},         {"held_s", held_s},     {"attempts", attempts}};
   if (!error.empty()) j["error"] = error;
   return j;
+}
+
+void UsageRecord::AppendJson(std::string* out) const {
+  // Keys in nlohmann's (sorted) order, so a line reads the same as ToJson().dump().
+  out->push_back('{');
+  Key(out, "adapter"), AppendString(out, adapter);
+  Key(out, "attempts"), AppendInt(out, attempts);
+  Key(out, "completion_tokens"), AppendInt(out, completion_tokens);
+  Key(out, "cost"), AppendDouble(out, cost);
+  Key(out, "deployment"), AppendString(out, deployment);
+  Key(out, "endpoint"), AppendString(out, endpoint);
+  if (!error.empty()) Key(out, "error"), AppendString(out, error);
+  Key(out, "held_s"), AppendDouble(out, held_s);
+  Key(out, "key_id"), AppendString(out, key_id);
+  Key(out, "latency_s"), AppendDouble(out, latency_s);
+  Key(out, "model"), AppendString(out, model);
+  Key(out, "prompt_tokens"), AppendInt(out, prompt_tokens);
+  Key(out, "replica"), AppendString(out, replica);
+  Key(out, "request_id"), AppendString(out, request_id);
+  Key(out, "status"), AppendInt(out, status);
+  Key(out, "stream"), out->append(stream ? "true" : "false");
+  Key(out, "team"), AppendString(out, team);
+  Key(out, "tenant"), AppendString(out, tenant);
+  Key(out, "ttft_s"), AppendDouble(out, ttft_s);
+  Key(out, "unix_ms"), AppendInt(out, unix_ms);
+  Key(out, "usage_reported"), out->append(usage_reported ? "true" : "false");
+  out->push_back('}');
 }
 
 LogUsageSink::LogUsageSink(std::FILE* out, size_t max_queue)
@@ -44,6 +135,9 @@ uint64_t LogUsageSink::dropped() const {
 }
 
 void LogUsageSink::Run() {
+  // Background work: a request thread sharing the core comes first. (Failure leaves it at the
+  // default priority, which is only slower for requests.)
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
   std::deque<UsageRecord> batch;
   for (;;) {
     {
@@ -53,7 +147,11 @@ void LogUsageSink::Run() {
       batch.swap(queue_);
     }
     std::string text;
-    for (const UsageRecord& r : batch) text += "usage " + r.ToJson().dump() + "\n";
+    for (const UsageRecord& r : batch) {
+      text += "usage ";
+      r.AppendJson(&text);
+      text += '\n';
+    }
     std::fwrite(text.data(), 1, text.size(), out_);
     std::fflush(out_);
     batch.clear();

@@ -33,7 +33,18 @@ using error_code = boost::system::error_code;
 // proxied call runs on the thread of the connection that made it.
 class EventLoop : public asio::io_context {
  public:
-  using asio::io_context::io_context;
+  explicit EventLoop(int threads) : asio::io_context(threads), threads_(threads) {}
+
+  // The executor for one connection's work: a strand when several threads run the loop, the
+  // loop itself when one does (everything already runs in order there, and a strand would cost
+  // a queue and a lock per completion).
+  asio::any_io_executor ConnectionExecutor() {
+    if (threads_ <= 1) return get_executor();
+    return asio::make_strand(*this);
+  }
+
+ private:
+  const int threads_;
 };
 
 // Beast 1.74 uses boost::string_view; these convert at the edges.

@@ -9,7 +9,7 @@
 #include "http/asio.h"
 
 // Shape: each exchange is one coroutine on the strand of its connection (a pooled connection
-// keeps the strand it was made on), so the stream, its timer and the callback never run
+// keeps the strand it was made on; with one loop thread the "strand" is the loop itself), so the stream, its timer and the callback never run
 // concurrently even when the loop has several threads. Idle connections live in an Asio service
 // of the loop (ConnectionPool): they are closed when the loop is destroyed, after the server's
 // own sockets, and no client object has to outlive the loop.
@@ -235,7 +235,7 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
   req.body() = std::move(body);
   if (!req.body().empty() || method == "POST" || method == "PUT" || method == "PATCH") req.prepare_payload();
   x->conn = x->pool->Take(upstream);
-  asio::any_io_executor ex = x->conn ? x->conn->stream.get_executor() : asio::make_strand(loop);
+  asio::any_io_executor ex = x->conn ? x->conn->stream.get_executor() : loop.ConnectionExecutor();
   asio::co_spawn(ex, Run(std::move(x)), asio::detached);
 }
 

@@ -15,7 +15,7 @@
 #include "http/asio.h"
 
 // Shape: one acceptor coroutine on its own strand; one coroutine per connection on that
-// connection's strand, which reads a request, calls the handler (CallHandler: an AsyncHandler
+// connection's strand (with one I/O thread the loop itself: EventLoop::ConnectionExecutor), which reads a request, calls the handler (CallHandler: an AsyncHandler
 // inline, a blocking Handler on the worker pool) and writes the answer when the Responder
 // delivers it. A streaming response gets a thread of its own that writes chunks by
 // posting them to the connection's strand and waiting (ChunkWriter), while a second coroutine
@@ -114,7 +114,7 @@ class Core {
         handler_(std::move(handler)),
         async_(std::move(async)),
         ioc(std::max(1, opts.io_threads)),
-        acceptor(asio::make_strand(ioc)),
+        acceptor(ioc.ConnectionExecutor()),
         workers(static_cast<size_t>(std::max(1, opts.worker_threads))) {}
 
   ~Core() { Stop(); }
@@ -546,7 +546,7 @@ awaitable<void> Core::Accept() {
   asio::steady_timer backoff(acceptor.get_executor());
   while (!stopping) {
     error_code ec;
-    asio::any_io_executor strand = asio::make_strand(ioc);
+    asio::any_io_executor strand = ioc.ConnectionExecutor();
     tcp::socket socket = co_await acceptor.async_accept(strand, Redirect(ec));
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
