@@ -83,8 +83,10 @@ lean=$("$bin" key create --user admin -t lean 2>/dev/null)
 [ -n "$acme" ] && [ -n "$other" ] && [ -n "$lean" ] && pass keys || { fail keys "key create failed"; exit 1; }
 
 dep_field() { "$bin" get deployment "$1" -t "$2" -o json 2>/dev/null | jq -r "$3"; }
-# A deployment is routable once the controller has seen it (status written, within a tick).
-wait_until 20 sh -c "[ \"\$('$bin' get deployment chat -t acme -o json 2>/dev/null | jq -r .status.revision)\" != null ]" \
+# A deployment is routable once the controller has seen it (status written, within a tick) and
+# the front door has read its route (every 100 ms): /v1/models lists it.
+wait_until 20 sh -c "[ \"\$('$bin' get deployment chat -t acme -o json 2>/dev/null | jq -r .status.revision)\" != null ] &&
+                     curl -sS '$url/v1/models' -H 'Authorization: Bearer $acme' | jq -e '.data[] | select(.id == \"chat\")' >/dev/null" \
   || { fail routable "$("$bin" get deployment chat -t acme -o json 2>&1 | head -c 300)"; exit 1; }
 chat() {  # chat KEY MODEL MAX_TOKENS [stream]
   curl -sS -m 120 -w '\n%{http_code}' "$url/v1/chat/completions" -H "Authorization: Bearer $1" \
@@ -211,6 +213,13 @@ else
 fi
 msg=$(cat "$tmp"/b*.json | jq -r 'select(.error) | .error.message' | head -1)
 grep -qi budget <<<"$msg" && pass budget-message || fail budget-message "'$msg'"
+
+# The front door answers unary requests on its I/O thread (the gateway's fast path), and its
+# metrics are in the server's /metrics: the 60 budget requests alone are unary.
+c=front-door-fast-path
+fast=$(curl -sS "$url/metrics" | awk '$1 == "aicloud_gateway_handled_total{path=\"fast\"}" {print $2}')
+[ "${fast%.*}" -ge 60 ] 2>/dev/null && pass "$c ($fast requests on the I/O thread)" \
+  || fail $c "aicloud_gateway_handled_total{path=\"fast\"} is '$fast'"
 
 # 5. Idle: back to zero after scaleToZeroSeconds without requests.
 c=idle-to-zero

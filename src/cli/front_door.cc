@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -128,40 +129,68 @@ class DeploymentDirectory final : public gateway::Directory {
   std::thread thread_;
 };
 
-// Tenants' gateway limits (Tenant spec.serving), read from the store at most once a second.
+// Tenants' gateway limits (Tenant spec.serving), read from the store once a second on a thread
+// of their own: For() runs on the gateway's I/O thread and never waits for the store. A failed
+// read keeps the limits last read (never "no limits" because the store was busy).
 class TenantLimits {
  public:
-  explicit TenantLimits(store::Store* store) : store_(store) {}
+  explicit TenantLimits(store::Store* store) : store_(store) {
+    Load();
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~TenantLimits() { Stop(); }
 
-  gateway::Limits For(const std::string& tenant) {
-    std::lock_guard<std::mutex> l(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (now - loaded_ > std::chrono::seconds(1)) {
-      loaded_ = now;
-      limits_.clear();
-      StatusOr<store::ListResult> all = store_->List({.kind = "Tenant"});
-      if (all.ok()) {
-        for (const json& t : all->items) {
-          const json& s = t.value("spec", json::object()).value("serving", json::object());
-          gateway::Limits lim;
-          lim.rpm = s.value("rpm", int64_t{0});
-          lim.tpm = s.value("tpm", int64_t{0});
-          lim.budget_tokens = s.value("budgetTokens", int64_t{0});
-          lim.budget_cost = s.value("budgetCost", 0.0);
-          lim.budget_period_s = s.value("budgetPeriodSeconds", int64_t{0});
-          limits_[t["metadata"].value("name", std::string())] = lim;
-        }
-      }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
     }
-    auto it = limits_.find(tenant);
-    return it == limits_.end() ? gateway::Limits{} : it->second;
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  gateway::Limits For(const std::string& tenant) const {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = limits_->find(tenant);
+    return it == limits_->end() ? gateway::Limits{} : it->second;
   }
 
  private:
-  store::Store* store_;
-  std::mutex mu_;
-  std::chrono::steady_clock::time_point loaded_{};
-  std::map<std::string, gateway::Limits> limits_;
+  void Load() {
+    StatusOr<store::ListResult> all = store_->List({.kind = "Tenant"});
+    if (!all.ok()) return;
+    auto next = std::make_shared<std::map<std::string, gateway::Limits>>();
+    for (const json& t : all->items) {
+      const json& s = t.value("spec", json::object()).value("serving", json::object());
+      gateway::Limits lim;
+      lim.rpm = s.value("rpm", int64_t{0});
+      lim.tpm = s.value("tpm", int64_t{0});
+      lim.budget_tokens = s.value("budgetTokens", int64_t{0});
+      lim.budget_cost = s.value("budgetCost", 0.0);
+      lim.budget_period_s = s.value("budgetPeriodSeconds", int64_t{0});
+      (*next)[t["metadata"].value("name", std::string())] = lim;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    limits_ = std::move(next);
+  }
+
+  void Loop() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        if (cv_.wait_for(l, std::chrono::seconds(1), [&] { return stop_; })) return;
+      }
+      Load();
+    }
+  }
+
+  store::Store* const store_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // GUARDED_BY(mu_)
+  std::shared_ptr<const std::map<std::string, gateway::Limits>> limits_ =
+      std::make_shared<std::map<std::string, gateway::Limits>>();  // GUARDED_BY(mu_)
+  std::thread thread_;
 };
 
 }  // namespace
@@ -176,14 +205,20 @@ struct FrontDoor::Impl {
 FrontDoor::FrontDoor() : impl_(std::make_unique<Impl>()) {}
 FrontDoor::~FrontDoor() { Stop(); }
 
+std::function<std::string()> FrontDoor::Metrics() {
+  Impl* impl = impl_.get();
+  return [impl]() -> std::string { return impl->gateway ? impl->gateway->metrics().Render() : std::string(); };
+}
+
 void FrontDoor::Stop() {
   if (impl_->gateway) impl_->gateway->Stop();
   if (impl_->directory) impl_->directory->Stop();
+  if (impl_->limits) impl_->limits->Stop();
 }
 
-std::function<StatusOr<http::Handler>(control::ApiServer&)> FrontDoor::Factory() {
+std::function<StatusOr<http::AsyncHandler>(control::ApiServer&)> FrontDoor::Factory() {
   Impl* impl = impl_.get();
-  return [impl](control::ApiServer& s) -> StatusOr<http::Handler> {
+  return [impl](control::ApiServer& s) -> StatusOr<http::AsyncHandler> {
     impl->directory = std::make_unique<DeploymentDirectory>(s.deployments());
     impl->limits = std::make_unique<TenantLimits>(s.store());
     auth::AuthService* auth = s.auth();
@@ -211,7 +246,7 @@ std::function<StatusOr<http::Handler>(control::ApiServer&)> FrontDoor::Factory()
     impl->gateway = std::move(*g);
     auto router = std::make_shared<http::Router>();
     impl->gateway->AddRoutes(router.get());
-    return http::Handler([router](http::Request& r) { return router->Dispatch(r); });
+    return http::AsyncHandler([router](http::Request& r, http::Responder respond) { router->Dispatch(r, std::move(respond)); });
   };
 }
 

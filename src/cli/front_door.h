@@ -4,6 +4,7 @@
 //   ServerConfig cfg = ...;
 //   FrontDoor door;
 //   cfg.front_door = door.Factory();      // builds the gateway once the server's parts exist
+//   cfg.front_door_metrics = door.Metrics();  // the gateway's metrics in the server's /metrics
 //   auto server = ApiServer::Start(cfg);  // /v1/* now reaches the gateway
 //   ... server->Stop(); door.Stop();
 #pragma once
@@ -24,7 +25,10 @@ class FrontDoor {
   FrontDoor& operator=(const FrontDoor&) = delete;
 
   // For ServerConfig::front_door. The FrontDoor must outlive the server it is given to.
-  std::function<StatusOr<http::Handler>(control::ApiServer&)> Factory();
+  std::function<StatusOr<http::AsyncHandler>(control::ApiServer&)> Factory();
+  // For ServerConfig::front_door_metrics: the gateway's metrics (aicloud_gateway_*) in the
+  // Prometheus text format; "" before Factory's handler is built.
+  std::function<std::string()> Metrics();
   void Stop();
 
  private:

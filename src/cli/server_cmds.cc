@@ -213,6 +213,7 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
   cfg->node_grace = std::min(cfg->node_grace, std::chrono::milliseconds(10000));
   FrontDoor door;
   cfg->front_door = door.Factory();
+  cfg->front_door_metrics = door.Metrics();
   cfg->front_door_stop = [&door] { door.Stop(); };
   StatusOr<std::unique_ptr<control::ApiServer>> server = control::ApiServer::Start(*cfg);
   if (!server.ok()) return Fail(server.status());
@@ -345,6 +346,7 @@ void AddServer(CLI::App& app, int* exit_code) {
     }
     FrontDoor door;
     cfg->front_door = door.Factory();
+    cfg->front_door_metrics = door.Metrics();
     cfg->front_door_stop = [&door] { door.Stop(); };
     StatusOr<std::unique_ptr<control::ApiServer>> s = control::ApiServer::Start(*cfg);
     if (!s.ok()) {

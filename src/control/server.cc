@@ -53,16 +53,24 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   ho.tls_key_file = config.tls_key_file;
   ho.tls_client_ca_file = config.tls_client_ca_file;
   Api* api = s->api_.get();
-  http::Handler front;
+  http::AsyncHandler front;
   if (config.front_door) {
-    StatusOr<http::Handler> f = config.front_door(*s);
+    StatusOr<http::AsyncHandler> f = config.front_door(*s);
     if (!f.ok()) return f.status();
     front = std::move(*f);
   }
-  StatusOr<std::unique_ptr<http::Server>> h = http::Server::Start(ho, [api, front](http::Request& r) {
-    if (front && r.path.rfind("/v1/", 0) == 0) return front(r);
-    return api->Handle(r);
-  });
+  // /v1/* on the I/O thread (the gateway's fast path), the API on the workers.
+  StatusOr<std::unique_ptr<http::Server>> h = http::Server::Start(
+      ho, [api, front, front_metrics = config.front_door_metrics](http::Request& r, http::Responder respond) {
+        if (front && r.path.rfind("/v1/", 0) == 0) return front(r, std::move(respond));
+        respond.RunBlocking([api, front_metrics, req = std::move(r)]() mutable {
+          http::Response res = api->Handle(req);
+          if (front_metrics && req.method == "GET" && req.path == "/metrics" && res.status == 200) {
+            res.body += front_metrics();
+          }
+          return res;
+        });
+      });
   if (!h.ok()) return h.status();
   s->http_ = std::move(*h);
   s->api_->SetReady(true);

@@ -42,9 +42,12 @@ struct ServerConfig {
   std::string engine_binary;
   std::chrono::milliseconds deployment_tick{1000};
   // Builds the handler of /v1/* (the OpenAI front door) once the store, auth and controllers
-  // exist; unset = /v1/* answers 404. Its handler may block (held and streamed requests), so
-  // worker_threads should be large enough.
-  std::function<StatusOr<http::Handler>(ApiServer&)> front_door;
+  // exist; unset = /v1/* answers 404. It runs on the I/O thread (http::AsyncHandler) and hands
+  // what may block (held and streamed requests) to the workers, so worker_threads should be
+  // large enough for those.
+  std::function<StatusOr<http::AsyncHandler>(ApiServer&)> front_door;
+  // Appended to GET /metrics (the front door's own metrics); unset = none.
+  std::function<std::string()> front_door_metrics;
   // Called by Stop() once HTTP has stopped and before the controllers do (the front door's
   // threads read the deployment controller).
   std::function<void()> front_door_stop;
