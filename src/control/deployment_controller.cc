@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <future>
 #include <optional>
 #include <set>
+#include <system_error>
 
 #include <spdlog/spdlog.h>
 
@@ -134,6 +136,25 @@ Prober HttpProber(std::chrono::milliseconds timeout) {
     p.healthy = true;
     return p;
   };
+}
+
+std::vector<ReplicaProbe> DeploymentController::ProbeAll(const std::vector<std::string>& urls) const {
+  std::vector<ReplicaProbe> out(urls.size());
+  for (size_t start = 0; start < urls.size(); start += kProbeParallelism) {
+    const size_t end = std::min(urls.size(), start + kProbeParallelism);
+    std::vector<std::future<ReplicaProbe>> wave;
+    for (size_t i = start; i < end; ++i) {
+      try {
+        wave.push_back(std::async(std::launch::async, [this, &url = urls[i]] { return prober_(url); }));
+      } catch (const std::system_error&) {  // no thread to be had: probe here
+        std::promise<ReplicaProbe> inline_probe;
+        inline_probe.set_value(prober_(urls[i]));
+        wave.push_back(inline_probe.get_future());
+      }
+    }
+    for (size_t i = start; i < end; ++i) out[i] = wave[i - start].get();
+  }
+  return out;
 }
 
 DeploymentController::DeploymentController(store::Store* store, Clock* clock, Metrics* metrics,
@@ -311,10 +332,23 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
         it = node_addresses->emplace(node, addr).first;
       }
       r.url = "http://" + it->second + ":" + Label(j, kPortLabel);
-      r.probe = prober_(r.url);
-      r.ready = r.probe.healthy;
     }
     current.push_back(std::move(r));
+  }
+  // Probe the running replicas together: a dead or slow one costs one probe timeout per turn,
+  // not one per replica.
+  {
+    std::vector<std::string> urls;
+    for (const Replica& r : current) {
+      if (!r.url.empty()) urls.push_back(r.url);
+    }
+    std::vector<ReplicaProbe> probes = ProbeAll(urls);
+    size_t k = 0;
+    for (Replica& r : current) {
+      if (r.url.empty()) continue;
+      r.probe = std::move(probes[k++]);
+      r.ready = r.probe.healthy;
+    }
   }
   {
     std::lock_guard<std::mutex> l(mu_);

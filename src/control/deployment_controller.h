@@ -88,6 +88,8 @@ struct ServingRoute {
 
 // Failed probes in a row before a ready replica counts as not ready.
 inline constexpr int kProbeFailures = 3;
+// A deployment's replicas are probed together, this many at a time.
+inline constexpr size_t kProbeParallelism = 16;
 
 // Revisions remembered in a Deployment's status.history.
 inline constexpr int kHistoryLimit = 10;
@@ -109,7 +111,8 @@ struct DeploymentControllerOptions {
 class DeploymentController {
  public:
   // `on_jobs_changed` is called after replica jobs were created or deleted (the server wakes
-  // the job controller with it). `prober` defaults to HttpProber(2 s).
+  // the job controller with it). `prober` defaults to HttpProber(2 s); it must be safe to call
+  // from several threads at once (a deployment's replicas are probed together).
   DeploymentController(store::Store* store, Clock* clock, Metrics* metrics,
                        DeploymentControllerOptions options, Prober prober = nullptr,
                        std::function<void()> on_jobs_changed = nullptr);
@@ -159,12 +162,14 @@ class DeploymentController {
                  std::map<std::string, std::string>* node_addresses, std::vector<int>* used_ports,
                  std::vector<ServingRoute>* routes, bool* jobs_changed);
   int NextPort(std::vector<int>* used) const;
+  // prober_(url) for each url, kProbeParallelism at a time on threads of their own.
+  std::vector<ReplicaProbe> ProbeAll(const std::vector<std::string>& urls) const;
 
   store::Store* store_;
   Clock* clock_;
   Metrics* metrics_;
   DeploymentControllerOptions options_;
-  Prober prober_;
+  Prober prober_;  // called from several threads at once
   std::function<void()> on_jobs_changed_;
 
   mutable std::mutex mu_;  // routes_, states_' activity fields

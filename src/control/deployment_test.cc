@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -126,6 +130,8 @@ class DeploymentControllerTest : public ::testing::Test {
     dc_ = std::make_unique<DeploymentController>(
         &store_, &clock_, &metrics_, DeploymentControllerOptions{.engine_binary = "/bin/aicloud"},
         [this](const std::string& url) {
+          if (probe_hook_) return probe_hook_(url);
+          std::lock_guard<std::mutex> l(fake_mu_);  // replicas are probed on several threads at once
           ++probes_[url];
           auto it = fake_.find(url);
           return it == fake_.end() ? ReplicaProbe{} : it->second;
@@ -167,7 +173,9 @@ class DeploymentControllerTest : public ::testing::Test {
   store::MemoryStore store_;
   FakeClock clock_{1'000'000'000};
   Metrics metrics_;
-  std::map<std::string, ReplicaProbe> fake_;
+  std::mutex fake_mu_;
+  std::map<std::string, ReplicaProbe> fake_;  // written by the test between turns only
+  std::function<ReplicaProbe(const std::string&)> probe_hook_;  // set: answers instead of fake_
   std::map<std::string, int> probes_;
   std::unique_ptr<DeploymentController> dc_;
 };
@@ -250,6 +258,30 @@ TEST_F(DeploymentControllerTest, AReadyReplicaSurvivesTwoMissedProbes) {
   RunAll({.healthy = true});
   dc_->Turn();
   EXPECT_TRUE(dc_->Routes()[0].endpoints.at(0).ready);
+}
+
+TEST_F(DeploymentControllerTest, ReplicasAreProbedTogether) {
+  // Each probe waits until all four are in flight at once (or gives up after 10 s and fails):
+  // probed one after another, the first would give up and its replica would not be ready.
+  Apply({{"model", "/m"}, {"replicas", {{"min", 4}, {"max", 4}}}});
+  dc_->Turn();
+  RunAll();
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0, most = 0;
+  probe_hook_ = [&](const std::string&) {
+    std::unique_lock<std::mutex> l(mu);
+    most = std::max(most, ++in_flight);
+    cv.notify_all();
+    const bool all = cv.wait_for(l, std::chrono::seconds(10), [&] { return most >= 4; });
+    --in_flight;
+    return ReplicaProbe{.healthy = all};
+  };
+  dc_->Turn();
+  EXPECT_EQ(most, 4);
+  EXPECT_EQ(Status()["readyReplicas"], 4) << Status().dump();
+  for (const ServingEndpoint& e : dc_->Routes().at(0).endpoints) EXPECT_TRUE(e.ready) << e.replica;
+  probe_hook_ = nullptr;
 }
 
 TEST_F(DeploymentControllerTest, ReplicasPassAdmissionAndARefusalIsShownAndRetried) {
