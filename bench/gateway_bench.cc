@@ -17,7 +17,8 @@
 // gives the gateways that many I/O threads and nginx that many worker processes; --only runs one
 // target besides direct (for profiling it). --pin puts the load generator, the stub's threads and
 // the proxies (the gateways' threads and nginx) each on its own CPU, so that on a machine with
-// cores to spare none of them waits for another's time slice. Latency is measured from each request's scheduled
+// cores to spare none of them waits for another's time slice (with --proxy-threads N > 1 the
+// proxies still share that one CPU, and nginx's CPU column counts its master only). Latency is measured from each request's scheduled
 // send time (open loop: a late send counts against the system, so coordinated omission does not
 // hide queueing). Results: bench/RESULTS.md section 8.
 #include <arpa/inet.h>

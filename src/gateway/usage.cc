@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <charconv>
-#include <cmath>
 
 namespace aicloud::gateway {
 namespace {
@@ -43,18 +42,9 @@ void AppendInt(std::string* out, int64_t v) {
   out->append(buf, end);
 }
 
-// Shortest round-trip form, as nlohmann writes doubles ("0.5", "1e-05", "3.0"; null if not finite).
-void AppendDouble(std::string* out, double v) {
-  if (!std::isfinite(v)) {
-    out->append("null");
-    return;
-  }
-  char buf[32];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  std::string_view text(buf, static_cast<size_t>(end - buf));
-  out->append(text);
-  if (text.find_first_of(".eE") == std::string_view::npos) out->append(".0");
-}
+// Doubles exactly as nlohmann writes them ("0.0001", "100000.0", "1e-300"; null if not finite):
+// one small JSON value instead of a document.
+void AppendDouble(std::string* out, double v) { out->append(nlohmann::json(v).dump()); }
 
 // `"key":`, after a comma unless it is the object's first.
 void Key(std::string* out, std::string_view key) {
@@ -79,7 +69,8 @@ nlohmann::json UsageRecord::ToJson() const {
 }
 
 void UsageRecord::AppendJson(std::string* out) const {
-  // Keys in nlohmann's (sorted) order, so a line reads the same as ToJson().dump().
+  // Keys in nlohmann's (sorted) order, so a line is byte for byte ToJson().dump() (for valid UTF-8;
+  // other bytes pass through where dump() would throw).
   out->push_back('{');
   Key(out, "adapter"), AppendString(out, adapter);
   Key(out, "attempts"), AppendInt(out, attempts);

@@ -39,8 +39,8 @@ struct UsageRecord {
   int attempts = 0;        // upstream attempts (retries on connection failure + 1)
 
   nlohmann::json ToJson() const;
-  // Appends ToJson().dump() as one line of JSON (the same object, keys in the same order)
-  // without building a JSON document: the log sink formats thousands of these a second.
+  // Appends ToJson().dump() (the same bytes) without building a JSON document: the log sink
+  // formats thousands of these a second.
   void AppendJson(std::string* out) const;
 };
 

@@ -45,9 +45,11 @@ std::string Line(const UsageRecord& r) {
   return s;
 }
 
-TEST(UsageRecord, AppendJsonIsTheSameObjectAsToJson) {
+TEST(UsageRecord, AppendJsonWritesExactlyWhatToJsonDumps) {
   UsageRecord r = Sample();
-  EXPECT_EQ(json::parse(Line(r)), r.ToJson());
+  EXPECT_EQ(Line(r), r.ToJson().dump());
+  r.cost = 0.0001;  // where shortest-form printing would write 1e-04
+  EXPECT_EQ(Line(r), r.ToJson().dump());
 
   // Optional error, every escape, zero and integral doubles, large and negative integers.
   r.error = "upstream said \"no\"\\ twice\n\tthen \x01 and \x1f; ünïcode stays";
@@ -59,7 +61,7 @@ TEST(UsageRecord, AppendJsonIsTheSameObjectAsToJson) {
   r.stream = false;
   r.usage_reported = false;
   const std::string line = Line(r);
-  EXPECT_EQ(json::parse(line), r.ToJson()) << line;
+  EXPECT_EQ(line, r.ToJson().dump());
   EXPECT_NE(line.find(R"(\"no\"\\ twice\n\tthen \u0001 and \u001f)"), std::string::npos) << line;
   EXPECT_EQ(line.find('\n'), std::string::npos) << "one record, one line";
 
@@ -99,18 +101,22 @@ TEST(LogUsageSink, WritesEveryRecordAsAJsonLineAndDropsPastTheQueueLimit) {
   std::fclose(out);
   std::string text(buf, len);
   std::free(buf);
-  EXPECT_EQ(dropped, 3u);
+  // 8 records, at most 5 waiting: 3 dropped, unless the writer drained the queue in between.
+  EXPECT_GE(dropped, 1u);
   std::istringstream lines(text);
   std::string line;
-  int n = 0;
+  int n = 0, last_id = -1;
   while (std::getline(lines, line)) {
     ASSERT_EQ(line.rfind("usage ", 0), 0u) << line;
     json j = json::parse(line.substr(6));
-    EXPECT_EQ(j["request_id"], "gw-" + std::to_string(n));
+    const int id = std::stoi(j["request_id"].get<std::string>().substr(3));
+    EXPECT_GT(id, last_id) << "in the order recorded";
+    last_id = id;
     EXPECT_EQ(j["completion_tokens"], 9);
     ++n;
   }
-  EXPECT_EQ(n, 5);
+  EXPECT_EQ(static_cast<uint64_t>(n) + dropped, 8u) << "every record written or counted as dropped";
+  EXPECT_GE(n, 5);
 }
 
 }  // namespace
