@@ -5,6 +5,10 @@
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
 #include <utility>
 
+#include <cctype>
+#include <map>
+#include <string>
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -50,6 +54,19 @@ class EventLoop : public asio::io_context {
 // Beast 1.74 uses boost::string_view; these convert at the edges.
 inline std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
 inline beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; }
+
+// A response's headers, names lower-cased, repeated fields joined with ", " (what
+// ClientResponse and AsyncResult carry).
+inline std::map<std::string, std::string> HeadersOf(const bhttp::fields& res) {
+  std::map<std::string, std::string> out;
+  for (const auto& field : res) {
+    std::string name(field.name_string());
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    auto [it, inserted] = out.emplace(name, std::string(field.value()));
+    if (!inserted) it->second.append(", ").append(Sv(field.value()));
+  }
+  return out;
+}
 
 // "1.2.3.4:80" or "[::1]:80".
 inline std::string EndpointString(const tcp::endpoint& ep) {

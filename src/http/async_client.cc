@@ -93,17 +93,6 @@ bool SplitHostPort(std::string_view upstream, std::string* host, std::string* po
   return std::stoi(*port) <= 65535;
 }
 
-std::map<std::string, std::string> HeadersOf(const bhttp::fields& res) {
-  std::map<std::string, std::string> out;
-  for (const auto& field : res) {
-    std::string name(field.name_string());
-    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    auto [it, inserted] = out.emplace(name, std::string(field.value()));
-    if (!inserted) it->second.append(", ").append(Sv(field.value()));
-  }
-  return out;
-}
-
 // Everything one exchange needs; owned by its coroutine.
 struct Exchange {
   ConnectionPool* pool;

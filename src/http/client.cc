@@ -225,18 +225,6 @@ class Client::Impl {
     return req;
   }
 
-  template <class Fields>
-  static std::map<std::string, std::string> HeadersOf(const Fields& res) {
-    std::map<std::string, std::string> out;
-    for (const auto& field : res) {
-      std::string name(field.name_string());
-      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      auto [it, inserted] = out.emplace(name, std::string(field.value()));
-      if (!inserted) it->second.append(", ").append(Sv(field.value()));
-    }
-    return out;
-  }
-
   Status Connect(std::chrono::steady_clock::time_point deadline) {
     Close();
     std::string where = host_ + ":" + port_;
