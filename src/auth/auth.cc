@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -192,6 +194,13 @@ struct AuthService::Cache {
   std::shared_ptr<const Snapshot> snap;       // GUARDED_BY(mu)
   int64_t checked_rev = 0;                    // GUARDED_BY(mu): policy kinds unchanged through it
   std::chrono::steady_clock::time_point last_poll;  // GUARDED_BY(mu)
+
+  // The background refresher (RefreshInBackground).
+  std::atomic<bool> background{false};
+  std::mutex refresher_mu;
+  std::condition_variable refresher_cv;
+  bool stopping = false;  // GUARDED_BY(refresher_mu)
+  std::thread refresher;  // GUARDED_BY(refresher_mu)
 };
 
 AuthService::AuthService(store::Store* store, Clock* clock)
@@ -201,14 +210,50 @@ AuthService::AuthService(store::Store* store, Clock* clock)
       clock_anchor_(clock->NowMicros()),
       cache_(std::make_unique<Cache>()) {}
 
-AuthService::~AuthService() = default;
+AuthService::~AuthService() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(cache_->refresher_mu);
+    cache_->stopping = true;
+    t = std::move(cache_->refresher);
+  }
+  cache_->refresher_cv.notify_all();
+  if (t.joinable()) t.join();
+}
+
+void AuthService::RefreshInBackground() {
+  std::lock_guard<std::mutex> lock(cache_->refresher_mu);
+  if (cache_->refresher.joinable() || cache_->stopping) return;
+  cache_->background.store(true);
+  cache_->refresher = std::thread([this] { RefreshLoop(); });
+}
+
+void AuthService::RefreshLoop() {
+  Cache& c = *cache_;
+  std::unique_lock<std::mutex> lock(c.refresher_mu);
+  while (!c.stopping) {
+    lock.unlock();
+    (void)Refresh();  // a failed read keeps the last snapshot; the next tick tries again
+    lock.lock();
+    c.refresher_cv.wait_for(lock, kPollInterval, [&] { return c.stopping; });
+  }
+}
 
 system_clock::time_point AuthService::WallNow() const {
   return wall_anchor_ + std::chrono::duration_cast<system_clock::duration>(
                             std::chrono::microseconds(clock_->NowMicros() - clock_anchor_));
 }
 
-void AuthService::Invalidate() { cache_->generation.fetch_add(1); }
+void AuthService::Invalidate() {
+  Cache& c = *cache_;
+  c.generation.fetch_add(1);
+  if (!c.background.load()) return;
+  if (!Refresh().ok()) {
+    // Never serve the pre-edit snapshot: without one, the next caller loads it itself.
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.snap.reset();
+  }
+}
 
 StatusOr<std::shared_ptr<const AuthService::Snapshot>> AuthService::Load() {
   auto snap = std::make_shared<Snapshot>();
@@ -281,46 +326,56 @@ StatusOr<std::shared_ptr<const AuthService::Snapshot>> AuthService::Load() {
 }
 
 std::shared_ptr<const AuthService::Snapshot> AuthService::Current() {
-  StatusOr<std::shared_ptr<const Snapshot>> s = [&]() -> StatusOr<std::shared_ptr<const Snapshot>> {
-    Cache& c = *cache_;
-    auto fresh_enough = [&](std::shared_ptr<const Snapshot>* out) {
-      std::lock_guard<std::mutex> lock(c.mu);
-      if (!c.snap || c.snap->generation != c.generation.load()) return false;
-      *out = c.snap;
-      if (store_->Revision() == c.checked_rev) return true;
-      return std::chrono::steady_clock::now() - c.last_poll < kPollInterval;
-    };
-    std::shared_ptr<const Snapshot> snap;
-    if (fresh_enough(&snap)) return snap;
-    std::lock_guard<std::mutex> load_lock(c.load_mu);
-    if (fresh_enough(&snap)) return snap;  // another thread refreshed meanwhile
-    if (snap) {
-      // Same generation: poll the change log for the four policy kinds.
-      int64_t after;
-      {
-        std::lock_guard<std::mutex> lock(c.mu);
-        after = c.checked_rev;
-        c.last_poll = std::chrono::steady_clock::now();
-      }
-      int64_t through = INT64_MAX;
-      bool changed = false;
-      for (const char* kind : kPolicyKinds) {
-        StatusOr<store::ChangesResult> ch = store_->Changes(kind, after, 1);
-        if (!ch.ok() || !ch->events.empty()) {
-          changed = true;
-          break;
-        }
-        through = std::min(through, ch->resource_version);
-      }
-      if (!changed) {
-        std::lock_guard<std::mutex> lock(c.mu);
-        c.checked_rev = std::max(c.checked_rev, through);
-        return snap;
-      }
-    }
-    return Load();
-  }();
+  Cache& c = *cache_;
+  if (c.background.load()) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.snap) return c.snap;  // kept fresh by RefreshLoop and Invalidate
+  }
+  StatusOr<std::shared_ptr<const Snapshot>> s = Refresh();
   return s.ok() ? *s : nullptr;
+}
+
+// The snapshot, after polling the change log (at most once per kPollInterval) and reloading
+// when a policy kind changed or Invalidate was called. Reads the store on the caller's thread.
+StatusOr<std::shared_ptr<const AuthService::Snapshot>> AuthService::Refresh() {
+  Cache& c = *cache_;
+  auto fresh_enough = [&](std::shared_ptr<const Snapshot>* out) {
+    const int64_t revision = store_->Revision();  // not under mu: Current() must never wait on the store
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (!c.snap || c.snap->generation != c.generation.load()) return false;
+    *out = c.snap;
+    if (revision == c.checked_rev) return true;
+    return std::chrono::steady_clock::now() - c.last_poll < kPollInterval;
+  };
+  std::shared_ptr<const Snapshot> snap;
+  if (fresh_enough(&snap)) return snap;
+  std::lock_guard<std::mutex> load_lock(c.load_mu);
+  if (fresh_enough(&snap)) return snap;  // another thread refreshed meanwhile
+  if (snap) {
+    // Same generation: poll the change log for the four policy kinds.
+    int64_t after;
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      after = c.checked_rev;
+      c.last_poll = std::chrono::steady_clock::now();
+    }
+    int64_t through = INT64_MAX;
+    bool changed = false;
+    for (const char* kind : kPolicyKinds) {
+      StatusOr<store::ChangesResult> ch = store_->Changes(kind, after, 1);
+      if (!ch.ok() || !ch->events.empty()) {
+        changed = true;
+        break;
+      }
+      through = std::min(through, ch->resource_version);
+    }
+    if (!changed) {
+      std::lock_guard<std::mutex> lock(c.mu);
+      c.checked_rev = std::max(c.checked_rev, through);
+      return snap;
+    }
+  }
+  return Load();
 }
 
 StatusOr<Principal> AuthService::Authenticate(std::string_view authorization) {

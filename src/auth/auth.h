@@ -162,12 +162,24 @@ class AuthService {
                                                          std::string_view verb,
                                                          std::string_view resource);
 
-  // Forces the next call to reload the RBAC snapshot (tests; after bulk edits).
+  // Forces the next call to reload the RBAC snapshot (tests; after bulk edits). With a
+  // background refresher, reloads now instead, so the edit is in force for every thread when
+  // this returns.
   void Invalidate();
+
+  // Keeps the RBAC snapshot fresh on a thread of its own: the change log is polled every 100 ms
+  // and the snapshot reloaded after a policy change, so Authenticate, Authorize and
+  // VisibleTenants read only memory once a snapshot exists — for callers on an event loop, which
+  // must not wait on the store. Edits made through this service (CreateApiKey, RevokeApiKey,
+  // Bootstrap, Invalidate) still take effect before they return; edits made elsewhere within
+  // about one poll interval, as without the refresher. Idempotent; the destructor stops it.
+  void RefreshInBackground();
 
  private:
   struct Snapshot;
   std::shared_ptr<const Snapshot> Current();
+  StatusOr<std::shared_ptr<const Snapshot>> Refresh();
+  void RefreshLoop();
   StatusOr<std::shared_ptr<const Snapshot>> Load();
   Decision AuthorizeIn(const Snapshot& s, const Principal& who, std::string_view verb,
                        std::string_view resource, std::string_view tenant) const;

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <future>
+#include <mutex>
 #include <regex>
 #include <thread>
 
@@ -229,6 +232,122 @@ TEST_F(AuthTest, ChangesMadeDirectlyInTheStoreAreSeenWithinThePollInterval) {
   StatusOr<Principal> p = auth.Authenticate(k->token);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().message(), "key revoked");
+}
+
+// A store whose reads can be held up, as a busy or remote store would: while closed, every read
+// waits until Open() (writes go through, so a test can still change the policy).
+class GatedStore : public store::Store {
+ public:
+  explicit GatedStore(store::Store* inner) : inner_(inner) {}
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = false;
+    }
+    cv_.notify_all();
+  }
+  StatusOr<json> Get(const store::ObjectKey& key) override { return inner_->Get(key); }
+  StatusOr<std::vector<json>> Commit(std::vector<store::WriteOp> ops) override {
+    return inner_->Commit(std::move(ops));
+  }
+  StatusOr<store::ListResult> List(const store::ListOptions& options) override {
+    Wait();
+    return inner_->List(options);
+  }
+  StatusOr<store::ChangesResult> Changes(const std::string& kind, int64_t after, int max) override {
+    Wait();
+    return inner_->Changes(kind, after, max);
+  }
+  int64_t Revision() override {
+    Wait();
+    return inner_->Revision();
+  }
+  int64_t WaitForRevision(int64_t after, std::chrono::milliseconds timeout) override {
+    return inner_->WaitForRevision(after, timeout);
+  }
+
+ private:
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !closed_; });
+  }
+  store::Store* inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool closed_ = false;
+};
+
+// With the background refresher (as the API server runs it), key checks read only memory: a
+// store that stops answering reads does not hold them up, and changes made elsewhere still
+// arrive within about one poll interval, with no caller driving them.
+TEST(AuthBackgroundTest, KeyChecksNeverWaitOnTheStore) {
+  store::MemoryStore mem;
+  GatedStore gated(&mem);
+  FakeClock clock{1'000'000};
+  AuthService auth(&gated, &clock);
+  StatusOr<std::optional<std::string>> t = auth.Bootstrap();
+  ASSERT_TRUE(t.ok() && t->has_value());
+  const std::string admin = **t;
+  auth.RefreshInBackground();
+  auth.RefreshInBackground();  // idempotent
+  StatusOr<Principal> who = auth.Authenticate(admin);
+  ASSERT_TRUE(who.ok());
+  StatusOr<AuthService::CreatedKey> k = auth.CreateApiKey(*who, "admin", std::nullopt, {}, std::nullopt);
+  ASSERT_TRUE(k.ok());
+  ASSERT_TRUE(auth.Authenticate(k->token).ok());
+
+  // Policy changes behind the service's back, then the store's reads stall.
+  ASSERT_TRUE(mem.Create(Obj("Job", "a", "j1", json::object())).ok());
+  gated.Close();
+  auto checks = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 100; ++i) {
+      if (!auth.Authenticate(k->token).ok()) return false;
+      if (!auth.Authorize(*who, "create", "jobs", "a").allowed) return false;
+    }
+    return true;
+  });
+  const bool finished = checks.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+  gated.Open();  // let a stuck check (the failure) finish before asserting
+  EXPECT_TRUE(finished) << "a key check waited on the store";
+  EXPECT_TRUE(checks.get());
+
+  // A revocation written straight to the store is picked up by the refresher alone.
+  json revoked = k->object;
+  revoked["spec"]["revoked"] = true;
+  ASSERT_TRUE(mem.Update(revoked, 0).ok());
+  bool seen = false;
+  for (int i = 0; i < 200 && !seen; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    StatusOr<Principal> p = auth.Authenticate(k->token);
+    seen = !p.ok() && p.status().message() == "key revoked";
+  }
+  EXPECT_TRUE(seen) << "the refresher never reloaded the snapshot";
+}
+
+// Edits made through the service take effect before they return, refresher or not: the
+// refresher must never let a revoked key through in the window before its next poll.
+TEST(AuthBackgroundTest, OwnEditsTakeEffectAtOnce) {
+  store::MemoryStore mem;
+  FakeClock clock{1'000'000};
+  AuthService auth(&mem, &clock);
+  StatusOr<std::optional<std::string>> t = auth.Bootstrap();
+  ASSERT_TRUE(t.ok() && t->has_value());
+  auth.RefreshInBackground();
+  StatusOr<Principal> who = auth.Authenticate(**t);
+  ASSERT_TRUE(who.ok());
+  for (int i = 0; i < 20; ++i) {
+    StatusOr<AuthService::CreatedKey> k = auth.CreateApiKey(*who, "admin", std::nullopt, {}, std::nullopt);
+    ASSERT_TRUE(k.ok());
+    ASSERT_TRUE(auth.Authenticate(k->token).ok()) << "new key " << i << " not yet known";
+    ASSERT_TRUE(auth.RevokeApiKey(k->id).ok());
+    StatusOr<Principal> p = auth.Authenticate(k->token);
+    ASSERT_FALSE(p.ok()) << "revoked key " << i << " still authenticates";
+    EXPECT_EQ(p.status().message(), "key revoked");
+  }
 }
 
 class AuthorizeTest : public AuthTest {

@@ -149,11 +149,11 @@ class SimProvisioner final : public control::NodeProvisioner {
     std::lock_guard<std::mutex> l(mu_);
     wanted_.insert(node);
     threads_.emplace_back([this, node] {
-      std::unique_lock<std::mutex> l(mu_);
-      if (cv_.wait_for(l, delay_, [this] { return stop_; }) || !wanted_.count(node)) return;
-      l.unlock();
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, delay_, [this] { return stop_; }) || !wanted_.count(node)) return;
+      lock.unlock();
       StatusOr<std::unique_ptr<agent::Agent>> a = make_(node);  // registers: outside the lock
-      l.lock();
+      lock.lock();
       if (!a.ok()) {
         std::cerr << "aicloud up: node " << node << " did not start: " << a.status().message() << "\n";
         return;

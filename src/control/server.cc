@@ -20,6 +20,7 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   StatusOr<std::optional<std::string>> token = s->auth_->Bootstrap();
   if (!token.ok()) return token.status();
   s->bootstrap_token_ = *token;
+  s->auth_->RefreshInBackground();  // key checks on the I/O thread never wait on the store
   s->audit_ = std::make_unique<auth::AuditLog>(s->store_.get(), &s->clock_);
   s->control_ = std::make_unique<ControlPlane>(
       s->store_.get(), &s->clock_, &s->metrics_,

@@ -260,7 +260,7 @@ void Gateway::HandleAsync(Endpoint endpoint, http::Request& req, http::Responder
     handled_->Inc({"worker"});
     return respond(Handle(endpoint, req));
   }
-  if (!options_.fast_path) {
+  if (!options_.fast_path || req.body.size() > options_.inline_body_bytes) {
     handled_->Inc({"worker"});
     return respond.RunBlocking([this, endpoint, r = std::move(req)]() mutable { return Handle(endpoint, r); });
   }
@@ -515,7 +515,7 @@ std::shared_ptr<ReplicaState> Gateway::PickReplica(Call& call, const Route& rout
 // when no byte of an answer arrived and the failure was a connection failure (refused, reset,
 // closed): never after the upstream started answering, never on a timeout.
 Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::function<bool(std::string_view)>& on_chunk,
-                                    const std::function<void(const http::ClientResponse&)>& on_head) {
+                                    const std::function<void(const http::ClientResponse&, const std::string& replica_id)>& on_head) {
   Attempted a;
   std::vector<std::string> tried;
   const std::string target = std::string("/v1/") + EndpointName(call.endpoint);
@@ -539,7 +539,7 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
                                [&](std::string_view bytes) {
                                  if (!head_seen) {
                                    head_seen = true;
-                                   if (on_head) on_head(head);
+                                   if (on_head) on_head(head, replica_id);
                                  }
                                  return on_chunk(bytes);
                                },
@@ -549,7 +549,7 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
     a.replica_id = replica_id;
     a.replica = r;
     if (head.status != 0) {  // answered (maybe cut short later: then st is not OK)
-      if (!head_seen && on_head) on_head(head);
+      if (!head_seen && on_head) on_head(head, replica_id);
       a.answered = true;
       a.head = std::move(head);
       a.status = st;
@@ -697,9 +697,10 @@ http::Response Gateway::Streaming(Call& call, const Route& route) {
           pipe->cv.notify_all();
           return true;
         },
-        [&](const http::ClientResponse& head) {
+        [&](const http::ClientResponse& head, const std::string& replica_id) {
           std::lock_guard<std::mutex> lock(pipe->mu);
           pipe->result.head = head;
+          pipe->result.replica_id = replica_id;  // the record names it even if the stream is cut
           pipe->result.answered = true;
           pipe->head_done = true;
           pipe->cv.notify_all();

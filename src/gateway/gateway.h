@@ -82,6 +82,9 @@ struct GatewayOptions {
   // Server (see Threads above). The authenticator, directory and usage sink must then not block
   // (StaticKeys, StaticDirectory and LogUsageSink do not). false: every request takes a worker.
   bool fast_path = true;
+  // Bodies larger than this are parsed on a worker even on the fast path: an 8 MiB prompt takes
+  // tens of milliseconds to parse, which the I/O thread would take from every other connection.
+  size_t inline_body_bytes = 64 << 10;
 };
 
 struct GatewayDeps {
@@ -142,7 +145,7 @@ class Gateway {
   std::shared_ptr<ReplicaState> PickReplica(Call& call, const Route& route, const std::vector<std::string>& tried,
                                             std::string* replica_id);
   Attempted Forward(Call& call, const Route& route, const std::function<bool(std::string_view)>& on_chunk,
-                    const std::function<void(const http::ClientResponse&)>& on_head);
+                    const std::function<void(const http::ClientResponse&, const std::string& replica_id)>& on_head);
   http::Response Unary(Call& call, const Route& route);
   // The answer to a unary request from what forwarding got (settles and records the call).
   http::Response UnaryAnswer(Call& call, const Route& route, Attempted a, std::string body);

@@ -769,5 +769,29 @@ TEST(Gateway, FastPathSendsTheEngineNameAndReusesUpstreamConnections) {
   EXPECT_EQ(e.connections(), 1);  // one kept-alive upstream connection for all of them
 }
 
+TEST(Gateway, LargeBodiesAreParsedOnAWorker) {
+  FakeEngine e;
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  o.inline_body_bytes = 4096;
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  http::Client c(h.base);
+  ASSERT_EQ(h.Post("k", Harness::Chat("m"), &c)->status, 200);
+  const std::string long_prompt(8192, 'x');
+  StatusOr<http::ClientResponse> big = h.Post("k", Harness::Chat("m", long_prompt), &c);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(big->status, 200) << big->body;
+  EXPECT_EQ(e.last_body()["messages"][0]["content"], long_prompt);  // forwarded whole
+  StatusOr<http::ClientResponse> bad = h.Post("k", json{{"model", "m"}, {"pad", long_prompt}}, &c);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400) << bad->body;  // the same checks on the worker
+  const std::string m = h.gw->metrics().Render();
+  EXPECT_NE(m.find("aicloud_gateway_handled_total{path=\"fast\"} 1\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("aicloud_gateway_handled_total{path=\"worker\"} 2\n"), std::string::npos) << m;
+  EXPECT_EQ(e.requests.load(), 2);
+}
+
 }  // namespace
 }  // namespace aicloud::gateway
