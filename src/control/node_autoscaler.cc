@@ -69,11 +69,26 @@ Status ScriptProvisioner::Run(const std::string& verb, const std::string& node) 
     }
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
-  running_.push_back({std::thread([this, cmd, verb, node, done] {
+  // Chain behind this node's previous hook; forget the chain once it has run out.
+  std::shared_future<void> before;
+  if (auto it = last_.find(node); it != last_.end()) before = it->second;
+  auto finished = std::make_shared<std::promise<void>>();
+  last_[node] = finished->get_future().share();
+  for (auto it = last_.begin(); it != last_.end();) {
+    const bool idle = it->first != node &&
+                      it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    it = idle ? last_.erase(it) : std::next(it);
+  }
+  running_.push_back({std::thread([this, cmd, verb, node, done, before, finished] {
     struct MarkDone {
       std::atomic<bool>* d;
-      ~MarkDone() { d->store(true); }
-    } mark{done.get()};
+      std::promise<void>* p;
+      ~MarkDone() {
+        p->set_value();
+        d->store(true);
+      }
+    } mark{done.get(), finished.get()};
+    if (before.valid()) before.wait();
     FILE* p = popen(cmd.c_str(), "r");
     if (p == nullptr) {
       spdlog::warn("node hook {} {}: cannot start {}", verb, node, script_);
@@ -147,7 +162,7 @@ int NodeAutoscaler::active() const {
 std::string NodeAutoscaler::FreeName() const {
   for (int i = 0;; ++i) {
     const std::string n = options_.name_prefix + std::to_string(i);
-    if (!added_.count(n)) return n;
+    if (!added_.count(n) && !released_.count(n)) return n;
   }
 }
 
@@ -205,7 +220,7 @@ void NodeAutoscaler::Turn() {
     }
   }
 
-  std::vector<std::string> to_power_on, to_power_off;
+  std::vector<std::string> to_power_on, to_cordon, to_uncordon;
   std::vector<std::pair<std::string, std::string>> off_reasons;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -214,6 +229,10 @@ void NodeAutoscaler::Turn() {
         if (ready[n]) added_[n] = {.powered_on_us = now, .registered = true};  // powered-off ones stay free
       }
       loaded_ = true;
+    }
+    // 0. Names of powered-off nodes come free once their Node stops looking Ready.
+    for (auto it = released_.begin(); it != released_.end();) {
+      it = ready[*it] ? std::next(it) : released_.erase(it);
     }
     // 1. Registration and provisioning timeouts.
     for (auto& [name, a] : added_) {
@@ -234,23 +253,39 @@ void NodeAutoscaler::Turn() {
         a.not_ready_since_us = 0;
       }
       if (!a.registered || !ready[name] || busy.count(name)) {
+        if (a.cordoned && busy.count(name)) {  // bound while the cordon was written: keep it
+          spdlog::info("node autoscaler: {} got work while being scaled down; keeping it", name);
+          to_uncordon.push_back(name);
+          a.cordoned = false;
+        }
         a.idle_since_us = 0;
         continue;
       }
+      if (a.cordoned) {
+        off_reasons.emplace_back(name, "unneeded");  // still empty a turn after the cordon
+        continue;
+      }
       if (a.idle_since_us == 0) a.idle_since_us = now;
-      if (now - a.idle_since_us >= options_.unneeded_for.count() * 1000) off_reasons.emplace_back(name, "unneeded");
+      if (now - a.idle_since_us >= options_.unneeded_for.count() * 1000) {
+        a.cordoned = true;
+        to_cordon.push_back(name);
+      }
     }
-    for (const auto& [name, reason] : off_reasons) added_.erase(name);
+    for (const auto& [name, reason] : off_reasons) {
+      added_.erase(name);
+      released_.insert(name);
+    }
 
     // 3. Scale up, one wave at a time.
     std::set<std::string> seen;
     int64_t gpus = 0, cpu = 0, mem = 0;
     const NodeShape shape = provisioner_->Shape();
     const std::string shape_model = CanonicalModel(shape.gpu_model);
+    std::vector<std::pair<std::string, Waiting*>> causes;  // the jobs this turn's demand comes from
     for (const Pending& p : pending) {
       seen.insert(p.key);
-      auto [it, fresh] = unschedulable_since_.emplace(p.key, now);
-      if (now - it->second < options_.pending_for.count() * 1000) continue;
+      Waiting& w = waiting_.emplace(p.key, Waiting{.since_us = now}).first->second;
+      if (now - w.since_us < options_.pending_for.count() * 1000 || now < w.retry_us) continue;
       const JobSpec& s = p.spec;
       const int64_t worker_gpus = WorkerGpus(s);
       auto model_ok = [&](const std::string& model) {
@@ -263,7 +298,8 @@ void NodeAutoscaler::Turn() {
       }
       // Workers that fit in the room left on existing nodes (first fit) need no new node; the
       // others are the demand. (The scheduler may still have reasons this pass does not see.)
-      for (int w = 0; w < s.workers; ++w) {
+      const int64_t gpus_before = gpus, cpu_before = cpu, mem_before = mem;
+      for (int worker = 0; worker < s.workers; ++worker) {
         bool placed = false;
         for (auto& [name, room] : free) {
           if (room.gpus >= worker_gpus && room.cpu >= s.cpu_milli && room.mem >= s.mem_mib &&
@@ -278,9 +314,7 @@ void NodeAutoscaler::Turn() {
         cpu += s.cpu_milli;
         mem += s.mem_mib;
       }
-    }
-    for (auto it = unschedulable_since_.begin(); it != unschedulable_since_.end();) {
-      it = seen.count(it->first) ? std::next(it) : unschedulable_since_.erase(it);
+      if (gpus != gpus_before || cpu != cpu_before || mem != mem_before) causes.emplace_back(p.key, &w);
     }
     bool in_flight = false;
     for (const auto& [name, a] : added_) in_flight |= !a.registered;
@@ -296,10 +330,32 @@ void NodeAutoscaler::Turn() {
       if (want > 0) {
         spdlog::info("node autoscaler: unschedulable work needs {} GPU(s), {} mCPU, {} MiB: powering on {} node(s)",
                      gpus, cpu, mem, want);
+        for (const auto& [key, w] : causes) {
+          ++w->waves;
+          const int64_t base = options_.backoff.count() * 1000;
+          const int64_t cap = options_.max_backoff.count() * 1000;
+          const int64_t wait = std::min(cap, base << std::min(w->waves - 1, 20));
+          w->retry_us = now + wait;
+          if (w->waves > 1) {
+            spdlog::warn("node autoscaler: job {} is still unschedulable after {} node wave(s); if this one does not "
+                         "help either, next try in {:.0f} s", key, w->waves - 1, wait / 1e6);
+          }
+        }
       }
+    }
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      it = seen.count(it->first) ? std::next(it) : waiting_.erase(it);
     }
   }
 
+  for (const std::string& name : to_cordon) {
+    Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();
+    spdlog::info("node autoscaler: {} unneeded: cordoned, powered off next turn if still empty{}", name,
+                 c.ok() ? "" : ": " + std::string(c.message()));
+  }
+  for (const std::string& name : to_uncordon) {
+    if (control_ != nullptr) (void)control_->Cordon(name, false);
+  }
   for (const auto& [name, reason] : off_reasons) {
     Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();
     if (!c.ok() && c.code() != StatusCode::kNotFound) spdlog::warn("node autoscaler: cordon {}: {}", name, std::string(c.message()));

@@ -13,11 +13,19 @@
 //    all — are powered on: names `<prefix>0`, `<prefix>1`, ... (a released name is reused first). One wave at a
 //    time: nothing more is requested while a powered-on node has not registered yet (after
 //    `provision_timeout` it is powered off again and counted as failed).
+//    A job that already caused `n` waves and is still unschedulable counts again only after a
+//    back-off of `backoff` * 2^(n-1), at most `max_backoff` (cluster-autoscaler's node group
+//    back-off, 5 and 30 min): work the scheduler refuses for reasons this pass does not see
+//    would otherwise power nodes on and off forever. A job that got placed starts afresh.
 // 2. Scale down. A node this autoscaler added that is Ready with no job on it for
-//    `unneeded_for` (cluster-autoscaler's scale-down-unneeded-time, 10 min) is cordoned and
-//    powered off; one that stays NotReady for `provision_timeout` after it had registered is
-//    powered off too (and its slot freed). Nodes it did not add are never touched; busy nodes are not drained to
+//    `unneeded_for` (cluster-autoscaler's scale-down-unneeded-time, 10 min) is cordoned, and
+//    powered off at a later turn if still no job is on it (one the scheduler bound while the
+//    cordon was being written shows up by then: the node is uncordoned and kept). One that
+//    stays NotReady for `provision_timeout` after it had registered is powered off too (and its
+//    slot freed). Nodes it did not add are never touched; busy nodes are not drained to
 //    consolidate (a job is never moved to save a node).
+// A powered-off node's name is reused only once its Node is no longer Ready (its last heartbeat
+// ages out), so the old machine's Node object is never taken for the new one registering.
 // The nodes it added carry the label aicloud/autoscaled=true on their Node object, so a
 // restarted server knows them.
 #pragma once
@@ -26,9 +34,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -63,7 +73,8 @@ class NodeProvisioner {
 
 // Runs the operator's hook: `<script> up <node>` and `<script> down <node>` through /bin/sh in
 // the background (power on through IPMI, PXE install, start `aicloud agent --node <node>`...),
-// with AICLOUD_NODE set. Its exit status and the last lines of its output are logged. A hook
+// with AICLOUD_NODE set. Hooks of one node run one at a time, in the order asked (a `down`
+// never overlaps the `up` still installing that machine); different nodes' hooks run together. Its exit status and the last lines of its output are logged. A hook
 // is done when its output closes: anything it leaves running must not keep stdout/stderr
 // (redirect them, e.g. `nohup aicloud agent ... >/var/log/agent.log 2>&1 &`).
 class ScriptProvisioner final : public NodeProvisioner {
@@ -88,6 +99,7 @@ class ScriptProvisioner final : public NodeProvisioner {
   };
   std::mutex mu_;
   std::vector<Hook> running_;  // GUARDED_BY(mu_); finished ones are joined by the next Run
+  std::map<std::string, std::shared_future<void>> last_;  // GUARDED_BY(mu_): per node, the newest hook
   std::atomic<int> ok_{0}, failed_{0};
 };
 
@@ -97,6 +109,8 @@ struct NodeAutoscalerOptions {
   std::chrono::milliseconds unneeded_for{600000};
   std::chrono::milliseconds provision_timeout{900000};
   std::chrono::milliseconds tick{2000};
+  std::chrono::milliseconds backoff{300000};       // a job's second wave waits this long
+  std::chrono::milliseconds max_backoff{1800000};  // doubling up to this
   std::string name_prefix = "auto-";
 };
 
@@ -120,6 +134,12 @@ class NodeAutoscaler {
     bool registered = false;
     int64_t idle_since_us = 0;       // 0 = busy (or not yet seen idle)
     int64_t not_ready_since_us = 0;  // registered, then NotReady since; 0 = Ready
+    bool cordoned = false;           // scale-down began: powered off at a later turn if still empty
+  };
+  struct Waiting {  // a job Pending as Unschedulable
+    int64_t since_us = 0;
+    int waves = 0;          // node waves it caused
+    int64_t retry_us = 0;   // not demand again before this
   };
 
   std::string FreeName() const;
@@ -134,7 +154,8 @@ class NodeAutoscaler {
 
   mutable std::mutex mu_;
   std::map<std::string, Added> added_;               // GUARDED_BY(mu_)
-  std::map<std::string, int64_t> unschedulable_since_;  // job key -> first seen; GUARDED_BY(mu_)
+  std::map<std::string, Waiting> waiting_;            // job key -> GUARDED_BY(mu_)
+  std::set<std::string> released_;  // powered off, Node still Ready: names not reused; GUARDED_BY(mu_)
   bool loaded_ = false;                              // added_ rebuilt from Node labels
   std::condition_variable cv_;
   bool stop_ = false;

@@ -24,7 +24,7 @@ class FakeProvisioner : public NodeProvisioner {
   }
   Status PowerOff(const std::string& n) override {
     off.push_back(n);
-    SetPhase(n, "NotReady");
+    if (!off_keeps_ready) SetPhase(n, "NotReady");
     return OkStatus();
   }
   NodeShape Shape() const override { return {.gpus = 8, .gpu_model = "H100", .cpu_millis = 64000, .memory_mib = 512 << 10}; }
@@ -44,6 +44,8 @@ class FakeProvisioner : public NodeProvisioner {
     (void)store_->Update(o, 0);
   }
   std::vector<std::string> on, off;
+  // A powered-off node's Node stays Ready until the server's heartbeat grace runs out.
+  bool off_keeps_ready = false;
 
  private:
   store::Store* store_;
@@ -89,16 +91,20 @@ TEST_F(NodeAutoscalerTest, PowersOnEnoughNodesForUnschedulableJobsThenReleasesId
   Job("big", Gpus(3, 4), "Running", "", "auto-0");  // placed (the fake puts it on auto-0)
   na.Turn();
   EXPECT_EQ(store_.Get({"Node", "", "auto-0"})->at("metadata")["labels"][kAutoscaledLabel], "true");
-  // auto-1 idles; auto-0 runs the job. After 60 s idle auto-1 is powered off, auto-0 kept.
-  for (int i = 0; i < 7; ++i) {
+  // auto-1 idles; auto-0 runs the job. After 60 s idle auto-1 is cordoned, and powered off
+  // the turn after; auto-0 kept.
+  for (int i = 0; i < 6; ++i) {
     clock_.Advance(10'000'000);
     na.Turn();
   }
+  EXPECT_TRUE(prov_.off.empty()) << "cordoned first";
+  clock_.Advance(10'000'000);
+  na.Turn();
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-1"});
   EXPECT_EQ(na.active(), 1);
-  // The job ends: auto-0 goes too, after its own 60 s.
+  // The job ends: auto-0 goes too, after its own 60 s and the cordon's turn.
   Job("big", Gpus(3, 4), "Succeeded");
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < 8; ++i) {
     clock_.Advance(10'000'000);
     na.Turn();
   }
@@ -196,6 +202,116 @@ TEST_F(NodeAutoscalerTest, AnAddedNodeThatDiesIsPoweredOffAndItsSlotFreed) {
   EXPECT_EQ(prov_.on.size(), 2u) << "the slot is free again for the waiting job";
 }
 
+TEST_F(NodeAutoscalerTest, AJobBoundWhileTheCordonIsWrittenKeepsItsNode) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(30)});
+  Job("j", Gpus(1, 8), "Pending", "Unschedulable");
+  clock_.Advance(2'000'000);
+  na.Turn();
+  clock_.Advance(2'000'000);
+  na.Turn();
+  ASSERT_EQ(prov_.on.size(), 1u);
+  prov_.Register("auto-0");
+  Job("j", Gpus(1, 8), "Succeeded");
+  na.Turn();                  // registered, idle from now
+  clock_.Advance(31'000'000);
+  na.Turn();                  // unneeded: cordoned, not yet off
+  EXPECT_TRUE(prov_.off.empty());
+  Job("late", Gpus(1, 8), "Running", "", "auto-0");  // the scheduler bound it just before the cordon
+  clock_.Advance(2'000'000);
+  na.Turn();
+  EXPECT_TRUE(prov_.off.empty()) << "a node with a job on it was powered off";
+  EXPECT_EQ(na.active(), 1);
+  // Once that job ends the node idles again for the full 30 s before going.
+  Job("late", Gpus(1, 8), "Succeeded");
+  na.Turn();
+  clock_.Advance(20'000'000);
+  na.Turn();
+  na.Turn();
+  EXPECT_TRUE(prov_.off.empty());
+  clock_.Advance(11'000'000);
+  na.Turn();
+  na.Turn();
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+}
+
+TEST_F(NodeAutoscalerTest, ANameIsNotReusedWhileTheOldNodeStillLooksReady) {
+  prov_.off_keeps_ready = true;
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(10)});
+  Job("a", Gpus(1, 8), "Pending", "Unschedulable");
+  clock_.Advance(2'000'000);
+  na.Turn();
+  clock_.Advance(2'000'000);
+  na.Turn();
+  ASSERT_EQ(prov_.on, std::vector<std::string>{"auto-0"});
+  prov_.Register("auto-0");
+  Job("a", Gpus(1, 8), "Succeeded");
+  na.Turn();
+  clock_.Advance(11'000'000);
+  na.Turn();  // cordoned
+  na.Turn();  // powered off; its Node still says Ready (heartbeat grace)
+  ASSERT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+  Job("b", Gpus(1, 8), "Pending", "Unschedulable");
+  clock_.Advance(2'000'000);
+  na.Turn();
+  clock_.Advance(2'000'000);
+  na.Turn();
+  ASSERT_EQ(prov_.on, (std::vector<std::string>{"auto-0", "auto-1"})) << "auto-0's stale Node would pass for the new machine";
+  // auto-1 has not registered: it must not count as registered, so no second wave either.
+  clock_.Advance(5'000'000);
+  na.Turn();
+  EXPECT_EQ(prov_.on.size(), 2u);
+  EXPECT_EQ(na.active(), 1);
+  // Once auto-0's heartbeat ages out its name is free again.
+  prov_.SetPhase("auto-0", "NotReady");
+  prov_.Register("auto-1");
+  Job("b", Gpus(1, 8), "Running", "", "auto-1");
+  Job("c", Gpus(1, 8), "Pending", "Unschedulable");
+  na.Turn();
+  clock_.Advance(2'000'000);
+  na.Turn();
+  EXPECT_EQ(prov_.on, (std::vector<std::string>{"auto-0", "auto-1", "auto-0"}));
+}
+
+TEST_F(NodeAutoscalerTest, AJobNewNodesDoNotHelpBacksOffExponentially) {
+  // The scheduler never places "stuck" (a reason the sizing pass cannot see): each wave's node
+  // idles out, and the job's next wave comes only after 60 s, then 120 s, then 240 s (the cap).
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(10),
+                     .backoff = std::chrono::seconds(60), .max_backoff = std::chrono::seconds(240)});
+  Job("stuck", Gpus(1, 8), "Pending", "Unschedulable");
+  clock_.Advance(2'000'000);
+  na.Turn();
+  std::vector<int64_t> wave_at_s;
+  for (int s = 0; s < 1200; ++s) {  // 20 minutes, a turn a second
+    const size_t before = prov_.on.size();
+    clock_.Advance(1'000'000);
+    na.Turn();
+    if (prov_.on.size() > before) {
+      wave_at_s.push_back(s);
+      prov_.Register(prov_.on.back());  // the node comes up at once and idles
+    }
+  }
+  ASSERT_GE(wave_at_s.size(), 4u);
+  EXPECT_EQ(wave_at_s[1] - wave_at_s[0], 60);
+  EXPECT_EQ(wave_at_s[2] - wave_at_s[1], 120);
+  EXPECT_EQ(wave_at_s[3] - wave_at_s[2], 240);
+  for (size_t i = 4; i < wave_at_s.size(); ++i) EXPECT_EQ(wave_at_s[i] - wave_at_s[i - 1], 240);
+  EXPECT_LE(wave_at_s.size(), 8u);  // without the back-off: a wave every ~13 s, 90 of them
+  // Placed at last, then unschedulable again later: it starts afresh, no back-off.
+  Job("stuck", Gpus(1, 8), "Running", "", prov_.on.back());
+  na.Turn();
+  Job("stuck", Gpus(1, 8), "Pending", "Unschedulable");
+  na.Turn();
+  const size_t waves = prov_.on.size();
+  for (int s = 0; s < 30 && prov_.on.size() == waves; ++s) {
+    clock_.Advance(1'000'000);
+    na.Turn();
+  }
+  EXPECT_GT(prov_.on.size(), waves) << "a job that was placed kept its back-off";
+}
+
 TEST(ScriptProvisioner, RunsTheHookWithVerbAndNode) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hook-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -216,6 +332,51 @@ TEST(ScriptProvisioner, RunsTheHookWithVerbAndNode) {
   EXPECT_NE(all.find("down gpu-7 gpu-7"), std::string::npos) << all;
   ScriptProvisioner missing("", {});
   EXPECT_EQ(missing.PowerOn("x").code(), StatusCode::kFailedPrecondition);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ScriptProvisioner, HooksOfOneNodeRunInOrderOneAtATime) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hook-order-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string script = (dir / "hook.sh").string();
+  const std::string log = (dir / "log").string();
+  {
+    // Node a's first hook waits (up to 10 s) until node b's hook has started: they must overlap.
+    std::ofstream f(script);
+    f << "#!/bin/sh\n"
+      << "echo \"start $1 $2\" >> " << log << "\n"
+      << "if [ \"$2\" = b ]; then touch " << (dir / "b-started").string() << "; fi\n"
+      << "if [ \"$2\" = a ] && [ ! -e " << (dir / "a-once").string() << " ]; then\n"
+      << "  touch " << (dir / "a-once").string() << "\n"
+      << "  i=0; while [ ! -e " << (dir / "b-started").string() << " ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n"
+      << "fi\n"
+      << "sleep 0.05\n"
+      << "echo \"end $1 $2\" >> " << log << "\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  {
+    ScriptProvisioner p(script, {});
+    ASSERT_TRUE(p.PowerOn("a").ok());
+    ASSERT_TRUE(p.PowerOff("a").ok());
+    ASSERT_TRUE(p.PowerOn("a").ok());
+    ASSERT_TRUE(p.PowerOn("b").ok());
+  }
+  std::ifstream in(log);
+  std::vector<std::string> a_lines;
+  std::string line;
+  int b_start = -1, a_first_end = -1, n = 0;
+  while (std::getline(in, line)) {
+    if (line.ends_with(" a")) {
+      if (a_first_end < 0 && line == "end up a") a_first_end = n;
+      a_lines.push_back(line);
+    }
+    if (line == "start up b") b_start = n;
+    ++n;
+  }
+  EXPECT_EQ(a_lines, (std::vector<std::string>{"start up a", "end up a", "start down a", "end down a", "start up a",
+                                               "end up a"}));
+  ASSERT_GE(b_start, 0);
+  EXPECT_LT(b_start, a_first_end) << "node b's hook waited for node a's";
   std::filesystem::remove_all(dir);
 }
 
