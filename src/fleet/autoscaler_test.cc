@@ -250,6 +250,43 @@ TEST(SloAutoscalerTest, CapacityModelSizesFromTokenRates) {
   EXPECT_EQ(ours.Recommend(s).desired, 6);
 }
 
+TEST(SloAutoscalerTest, ArrivalCurveSizesABurstAtTheSloTimescale) {
+  // Quiet, then 10 s carrying 30 replicas of prefill (30,000 prompt tokens/s over (55, 65]);
+  // the snapshots' 10 s counters read 15,000 at 60 and 30,000 at 65. The 30 s mean at 65 is 7.5
+  // replicas (-> 11 at 70%); served within 10 s + the 5 s SLO the burst needs 300 / 15 = 20
+  // replicas (-> 29 at 70%).
+  for (bool curve : {true, false}) {
+    SloAutoscalerConfig c = OursConfig();
+    c.predictive = false;
+    c.arrival_curve = curve;
+    SloAutoscaler ours(c);
+    auto at = [&](double t, double prompt_tps) {
+      DeploymentSnapshot s = Snap(t, 4, 0);
+      s.capacity = {32, 1000, 1000};
+      s.slo.ttft_p99_ms = 5000;
+      s.prompt_tokens_per_s = prompt_tps;
+      return ours.Recommend(s);
+    };
+    for (double t = 0; t < 60; t += 5) at(t, 0);
+    at(60, 15000);
+    ScaleDecision d = at(65, 30000);
+    if (curve) {
+      EXPECT_EQ(d.desired, 29) << d.reason;
+      EXPECT_NE(d.reason.find("arrivals"), std::string::npos) << d.reason;
+    } else {
+      EXPECT_EQ(d.desired, 11) << d.reason;
+    }
+  }
+  // Without a TTFT SLO there is no timescale: the mean decides.
+  SloAutoscalerConfig c = OursConfig();
+  c.predictive = false;
+  SloAutoscaler ours(c);
+  DeploymentSnapshot s = Snap(0, 4, 0);
+  s.capacity = {32, 1000, 1000};
+  s.prompt_tokens_per_s = 3500;
+  EXPECT_EQ(ours.Recommend(s).desired, 5);
+}
+
 TEST(SloAutoscalerTest, PredictivePreWarmFiresOneLeadBeforeALearnedRise) {
   SloAutoscalerConfig c = OursConfig();
   c.forecast.period_s = 3600;

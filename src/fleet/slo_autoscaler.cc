@@ -6,12 +6,20 @@
 #include <fmt/format.h>
 
 namespace aicloud::fleet {
+namespace {
+
+// Step 1b's windows; the snapshot's arrival counters cover 10 s.
+constexpr double kArrivalWindowsS[] = {10, 20, 40, 80, 160};
+constexpr double kLongestArrivalWindowS = 160;
+
+}  // namespace
 
 SloAutoscaler::SloAutoscaler(SloAutoscalerConfig config)
     : config_(config),
       forecaster_(config.forecast),
       load_(std::max(config.load_window_s, 1.0)),
-      recommendations_(std::max(config.scale_down_window_s, 1.0)) {}
+      recommendations_(std::max(config.scale_down_window_s, 1.0)),
+      recent_(kLongestArrivalWindowS) {}
 
 double SloAutoscaler::Load(const DeploymentSnapshot& s) {
   const ReplicaCapacity& c = s.capacity;
@@ -38,6 +46,26 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   const double mean_load = load_.Mean(now, config_.load_window_s, load);
   int rec = static_cast<int>(std::ceil(mean_load / u - 1e-9));
   std::string why = fmt::format("ours: load {:.2f} replicas at {:.0f}% -> {}", mean_load, u * 100, rec);
+
+  // 1b. The arrival curve at the SLO's timescale: the work of the last W seconds served within
+  // W + D. Each sample covers the snapshot's window and they come a tick apart, so the samples
+  // of the last W - window + tick seconds span the last W.
+  recent_.Add(now, load);
+  if (config_.arrival_curve && s.slo.ttft_p99_ms > 0) {
+    const double d = s.slo.ttft_p99_ms / 1000;
+    double need = 0, need_w = 0;
+    for (double w : kArrivalWindowsS) {
+      const double span = std::max(w - s.window_s, 0.0) + config_.tick_s;
+      const double work = recent_.Mean(now, span, load) * w;
+      if (work / (w + d) > need) need = work / (w + d), need_w = w;
+    }
+    const int curve = static_cast<int>(std::ceil(need / u - 1e-9));
+    if (curve > rec) {
+      rec = curve;
+      why = fmt::format("ours: {:.0f} s of arrivals need {:.2f} replicas within {:.0f} ms at {:.0f}% -> {}", need_w,
+                        need, s.slo.ttft_p99_ms, u * 100, rec);
+    }
+  }
 
   // 2. Saturation and SLO pressure. One step at a time: while replicas asked for by an earlier
   // step are still starting, another step would only compound the same signal.

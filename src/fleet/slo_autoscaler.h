@@ -8,6 +8,11 @@
 //              has no token rates). Prompt tokens come from the gateway's arrival counters,
 //              generated tokens from the replicas' own tokens/s. The reactive size is
 //              ceil(mean L over `load_window_s` / target_utilization).
+//   1b. arrival curve  with a TTFT SLO: the work that arrived over each of the last 10, 20,
+//              40, 80 and 160 s (W), served within W + the SLO (D) — the fluid bound under which
+//              no request waits longer than D — is max(work_W / (W + D)) replicas; the size is at
+//              least that / target_utilization. A 10-second burst that the 30 s mean dilutes
+//              counts at its own timescale, and step 4 holds it for the stabilization window.
 //   2. pressure  when waiting requests per ready replica exceed `queue_per_replica_high` (GIE
 //              saturation detector: 5), mean KV usage exceeds `kv_high` (GIE: 0.8), or a
 //              replica with a queue reports TTFT p99 above `ttft_slo_fraction` of the SLO: at
@@ -35,6 +40,7 @@ struct SloAutoscalerConfig {
   double tick_s = 5;
   double target_utilization = 0.7;
   double load_window_s = 30;
+  bool arrival_curve = true;    // step 1b
   double queue_per_replica_high = 5;
   double kv_high = 0.8;
   double ttft_slo_fraction = 0.8;
@@ -68,6 +74,7 @@ class SloAutoscaler final : public Autoscaler {
   LoadForecaster forecaster_;
   SampleWindow load_;
   SampleWindow recommendations_;
+  SampleWindow recent_;  // step 1's L, over the longest arrival-curve window
   double last_active_s_ = -1;
 };
 

@@ -130,6 +130,7 @@ Status Replay::MakePolicy() {
     oc.bounds = c_.bounds;
     oc.predictive = c_.predictive;
     oc.target_utilization = c_.target_utilization;
+    oc.arrival_curve = c_.arrival_curve;
     oc.lead_s = c_.provision_delay_s + c_.model.cold_start_s;
     oc.forecast.period_s = c_.period_s;
     oc.forecast.bin_s = c_.period_s >= 86400 ? 300 : 60;
@@ -506,6 +507,27 @@ int PeakProvisionedReplicas(const ServingTrace& trace, const ReplicaModel& model
     peak = std::max(peak, work);
   }
   return std::max(1, static_cast<int>(std::ceil(peak / window_s / utilization)));
+}
+
+int SloPeakProvisionedReplicas(const ServingTrace& trace, const ReplicaModel& model, double slo_s,
+                               double utilization, double max_window_s) {
+  const fleet::ReplicaCapacity cap = model.Capacity();
+  if (trace.requests.empty() || slo_s <= 0 || utilization <= 0 || cap.prefill_tokens_per_s <= 0 ||
+      cap.decode_tokens_per_s <= 0) {
+    return 0;
+  }
+  const std::vector<ServingRequest>& r = trace.requests;
+  std::vector<double> cum(r.size() + 1, 0);  // work of requests [0, i)
+  for (size_t i = 0; i < r.size(); ++i) {
+    cum[i + 1] = cum[i] + r[i].prompt_tokens / cap.prefill_tokens_per_s + r[i].output_tokens / cap.decode_tokens_per_s;
+  }
+  double peak = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    for (size_t j = i; j < r.size() && r[j].arrival_s - r[i].arrival_s <= max_window_s; ++j) {
+      peak = std::max(peak, (cum[j + 1] - cum[i]) / (r[j].arrival_s - r[i].arrival_s + slo_s));
+    }
+  }
+  return std::max(1, static_cast<int>(std::ceil(peak / utilization - 1e-9)));
 }
 
 StatusOr<ServingRun> RunStaticBaseline(const ServingTrace& trace, ServingConfig config, double target,

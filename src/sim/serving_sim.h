@@ -53,6 +53,7 @@ struct ServingConfig {
   double period_s = 3600;            // the forecaster's cycle for the replayed trace
   bool predictive = true;            // "ours": use the forecaster
   double target_utilization = 0.7;   // "ours": share of replica capacity the sizing plans to use
+  bool arrival_curve = true;         // "ours": size for the arrival curve at the SLO's timescale
   uint64_t seed = 42;
   double metrics_window_s = 30;      // replicas' TTFT/TPOT/tokens windows in the snapshot
   double sample_every_s = 10;
@@ -105,6 +106,15 @@ double ProfiledConcurrency(const ServingRun& static_run);
 // every 10 s.
 int PeakProvisionedReplicas(const ServingTrace& trace, const ReplicaModel& model, double window_s = 60,
                             double utilization = 0.7);
+
+// Static peak provisioning at the TTFT SLO's timescale: the replicas whose profiled capacity
+// serves every stretch of the offered work within its own length plus the SLO, at
+// `utilization` — ceil(max over arrivals i <= j, a_j - a_i <= max_window_s, of
+// sum(work of i..j) / (a_j - a_i + slo_s) / utilization). The fluid bound under which no request
+// waits longer than slo_s (network calculus: the arrival curve against a rate-latency service
+// curve); with a 60 s window and no slo_s term it is PeakProvisionedReplicas.
+int SloPeakProvisionedReplicas(const ServingTrace& trace, const ReplicaModel& model, double slo_s,
+                               double utilization = 0.7, double max_window_s = 600);
 
 // Offered work over (t - window, t] in replicas at 100% (prompt tokens / prefill rate + output
 // tokens / decode rate), per second.
