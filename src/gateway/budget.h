@@ -1,21 +1,32 @@
 // BudgetLedger: token and cost budgets per period, per key and per tenant, that concurrent
-// requests cannot overspend.
+// requests — on one gateway or on several sharing a store — cannot overspend.
 //
 // A request RESERVES its worst case before it is sent — prompt-token upper bound + max_tokens,
-// and their cost — on every scope at once (key and tenant), under one lock: the reservation
-// succeeds only when spent + reserved + this <= budget on each scope. After the answer it is
-// SETTLED: the reservation is dropped and the real usage (from `usage`) is added to spent. A
-// failed call settles with zero. Since usage never exceeds the reservation (the engine stops at
-// max_tokens and the prompt estimate is an upper bound, see request.h), spent can never pass the
-// budget, however many requests race. (LiteLLM's check-then-act budget races, its issues #34732
-// and #26672, are what this avoids.)
+// and their cost — on every scope at once (key and tenant), under one lock. After the answer it is
+// SETTLED: the reservation is dropped and the real usage (from `usage`) is spent. A failed call
+// settles with zero. Since usage never exceeds the reservation (the engine stops at max_tokens and
+// the prompt estimate is an upper bound, see request.h), spending can never pass the budget,
+// however many requests race. (LiteLLM's check-then-act budget races, its issues #34732 and
+// #26672, are what this avoids.)
+//
+// Several gateways. With a Store, each scope's budget is shared through its GatewayBudget object
+// (tenant = the scope's tenant; spec {scope, periodStart, periodSeconds}; status {spentTokens,
+// spentCost, grants: {<ledger id>: {tokens, cost, expires}}}): a ledger admits requests only
+// within its own GRANT, a share of the budget it took from that object with a compare-and-swap
+// update that keeps spent + the live grants of all ledgers <= budget. So each request is checked
+// in memory, and no two gateways can hand out the same tokens. A grant covers what the ledger has
+// in flight plus a chunk (1/8 of the budget) for the next requests; when a request does not fit,
+// Reserve takes more through the store (or, asked not to block, answers UNAVAILABLE so the
+// caller retries where blocking is fine). Flush() (every second in the gateway) moves the
+// settled spending into the shared total, shrinks the grant back to what is in flight (+ a chunk
+// while requests keep coming) and renews its lease: a grant not renewed for `lease_s` (a gateway
+// that died) no longer counts, so its share comes back to the others. Spending is settled into
+// the object by whichever ledger spent it, so it adds up across gateways and restarts.
+// Without a store the ledger is one process's memory.
 //
 // Periods are fixed windows aligned to the Unix epoch (a 1d budget resets at 00:00 UTC); period 0
-// is a lifetime allowance. Durability: with a Store, spent amounts are kept as GatewayBudget
-// objects (tenant = the scope's tenant, spec {scope, periodStart, periodSeconds}, status
-// {spentTokens, spentCost}); Load() reads them at start and Flush() writes the changed ones in
-// one commit (the gateway flushes every `flush period` and at Stop, so a crash loses at most one
-// period's settlements; reservations are never stored: they die with the requests).
+// is a lifetime allowance. A crash loses at most one flush period's settlements; reservations
+// are never stored: they die with the requests.
 //
 //   BudgetLedger ledger(store, wall_seconds);
 //   AICLOUD_RETURN_IF_ERROR(ledger.Load());
@@ -62,44 +73,76 @@ struct BudgetUsage {
   int64_t period_start = 0;
 };
 
+struct BudgetLedgerOptions {
+  std::string id;      // this ledger's name in the shared grants; "" = random (one per process)
+  int64_t lease_s = 10;  // a grant not renewed for this long stops counting
+};
+
 // Thread-safe.
 class BudgetLedger {
  public:
   // store may be null (in-memory only). wall_seconds: Unix time now (injected for tests).
-  BudgetLedger(store::Store* store, std::function<int64_t()> wall_seconds);
+  BudgetLedger(store::Store* store, std::function<int64_t()> wall_seconds, BudgetLedgerOptions options = {});
 
-  // Reads the stored GatewayBudget objects (no-op without a store).
+  // Reads the stored GatewayBudget objects, so Usage() reports their spending (no-op without a
+  // store). Admission does not need it: grants are taken from the objects as requests come.
   Status Load();
 
   // RESOURCE_EXHAUSTED naming the scope and the budget ("budget: key k1 has 120 of 100000
-  // tokens left in this 1d period; this request may use up to 1200") when any scope would
-  // exceed its budget; *retry_after_s is then the seconds until that period ends (0 = never).
+  // tokens left (in flight included) in its 1d budget period; this request may use up to 1200")
+  // when any scope would exceed its budget; *retry_after_s is then the seconds until that period
+  // ends (0 = never). With a store and may_block false, UNAVAILABLE when the request does not fit
+  // in this ledger's grant (taking more needs the store): nothing was reserved; call again with
+  // may_block where waiting for the store is fine.
   StatusOr<BudgetReservation> Reserve(std::span<const BudgetScope> scopes, int64_t tokens, double cost,
-                                      int* retry_after_s = nullptr);
+                                      int* retry_after_s = nullptr, bool may_block = true);
   void Settle(const BudgetReservation& r, int64_t tokens, double cost);
 
-  // Writes the entries changed since the last flush; no-op without a store.
-  Status Flush();
+  // Settles this ledger's spending into the shared objects and resizes and renews its grants;
+  // with `release` (a gateway stopping) the grants shrink to what is still in flight, so other
+  // gateways need not wait for the lease to run out. No-op without a store.
+  Status Flush(bool release = false);
 
-  // The current period's numbers of `scope` (tests, metrics).
+  // The current period's numbers of `scope` (tests, metrics): spent is the shared total as of
+  // this ledger's last look at the store plus what it settled since.
   BudgetUsage Usage(const std::string& scope) const;
+
+  const std::string& id() const { return options_.id; }
 
  private:
   struct Entry {
     std::string tenant;
     int64_t period_s = 0;
-    BudgetUsage u;
-    bool dirty = false;
-    bool stored = false;
+    int64_t period_start = 0;
+    int64_t budget_tokens = 0;  // 0 = no token budget
+    double budget_cost = 0;     // 0 = no cost budget
+    int64_t spent_tokens = 0;   // without a store: all spending; with: the shared total last seen
+    double spent_cost = 0;
+    int64_t unflushed_tokens = 0;  // with a store: settled here since the last sync
+    double unflushed_cost = 0;
+    int64_t reserved_tokens = 0;
+    double reserved_cost = 0;
+    int64_t grant_tokens = 0;   // with a store: this ledger's share (in flight + unflushed + room)
+    double grant_cost = 0;
+    int64_t others_tokens = 0;  // other ledgers' live grants at the last sync (messages only)
+    double others_cost = 0;
+    int64_t grant_expires = 0;  // wall seconds; the grant is void from then on
+    bool active = false;        // reserved since the last sync
   };
   void RollLocked(Entry& e, int64_t now_s) const;
+  // Whether `tokens`/`cost` fit on `e` now (grant or, without a store, budget).
+  bool FitsLocked(const Entry& e, int64_t tokens, double cost, int64_t now_s) const;
+  // One compare-and-swap round trip for scope `name`: settle, take a grant that covers what is
+  // in flight + `extra_*` (+ a chunk while active), renew the lease.
+  Status Sync(const std::string& name, int64_t extra_tokens, double extra_cost, bool release = false);
   static std::string ObjectName(const std::string& scope);
 
   store::Store* const store_;
   const std::function<int64_t()> wall_seconds_;
+  BudgetLedgerOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> entries_;  // GUARDED_BY(mu_)
-  std::mutex flush_mu_;                   // one Flush at a time
+  std::mutex sync_mu_;                    // one store round trip at a time
 };
 
 // "30s", "15m", "1h", "1d", "30d" -> seconds; "" or "none" -> 0. INVALID_ARGUMENT otherwise.

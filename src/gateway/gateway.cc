@@ -165,7 +165,9 @@ void Gateway::Stop() {
     bg_cv_.wait(lock, [&] { return pumps_ == 0; });
   }
   if (background_.joinable()) background_.join();
-  if (Status s = ledger_.Flush(); !s.ok()) std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+  if (Status s = ledger_.Flush(/*release=*/true); !s.ok()) {
+    std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+  }
 }
 
 Gateway::DeploymentState& Gateway::State(const std::string& deployment) {
@@ -250,7 +252,9 @@ http::Response Gateway::Refuse(Call& call, std::string_view reason, http::Respon
 http::Response Gateway::Handle(Endpoint endpoint, http::Request& req) {
   Call call;
   std::shared_ptr<const Route> route;
-  if (std::optional<http::Response> refused = Admit(endpoint, req, call, &route)) return std::move(*refused);
+  if (std::optional<http::Response> refused = Admit(endpoint, req, call, &route, /*may_block=*/true)) {
+    return std::move(*refused);
+  }
   return Proceed(call, std::move(route));
 }
 
@@ -266,9 +270,13 @@ void Gateway::HandleAsync(Endpoint endpoint, http::Request& req, http::Responder
   }
   auto call = std::make_shared<Call>();
   std::shared_ptr<const Route> route;
-  if (std::optional<http::Response> refused = Admit(endpoint, req, *call, &route)) {
+  if (std::optional<http::Response> refused = Admit(endpoint, req, *call, &route, /*may_block=*/false)) {
     handled_->Inc({"fast"});
     return respond(std::move(*refused));
+  }
+  if (!route) {  // the budget needs the store first: a worker admits it again
+    handled_->Inc({"worker"});
+    return respond.RunBlocking([this, endpoint, r = std::move(req)]() mutable { return Handle(endpoint, r); });
   }
   if (call->info.stream || route->ReadyCount() == 0) {
     // Streams and holds for a replica wait on threads: a worker takes the rest of the request.
@@ -283,7 +291,7 @@ void Gateway::HandleAsync(Endpoint endpoint, http::Request& req, http::Responder
 }
 
 std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& req, Call& call,
-                                             std::shared_ptr<const Route>* admitted) {
+                                             std::shared_ptr<const Route>* admitted, bool may_block) {
   call.t0 = SteadyClock::now();
   call.endpoint = endpoint;
   call.rec.request_id = id_prefix_ + std::to_string(next_id_.fetch_add(1, std::memory_order_relaxed));
@@ -359,7 +367,17 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
       scopes.push_back({"tenant " + call.who.tenant, call.who.tenant, &call.who.tenant_limits});
     }
     int retry_after = 0;
-    StatusOr<BudgetReservation> r = ledger_.Reserve(scopes, call.estimate, cost, &retry_after);
+    StatusOr<BudgetReservation> r = ledger_.Reserve(scopes, call.estimate, cost, &retry_after, may_block);
+    if (!r.ok() && r.status().code() == StatusCode::kUnavailable && !may_block) {
+      limiter_.Release(call.rate_scopes, call.estimate);  // admitted again on the worker
+      *admitted = nullptr;
+      return std::nullopt;
+    }
+    if (!r.ok() && r.status().code() == StatusCode::kUnavailable) {
+      limiter_.Adjust(call.rate_scopes, call.estimate);  // the request never ran
+      return Refuse(call, "budget_unavailable",
+                    OpenAiError(503, "budget_unavailable", "cannot check the budget: " + r.status().message(), {}, 1));
+    }
     if (!r.ok()) {
       limiter_.Adjust(call.rate_scopes, call.estimate);  // the request never ran
       return Refuse(call, "budget", OpenAiError(429, "insufficient_quota", r.status().message(), {}, retry_after));

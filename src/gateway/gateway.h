@@ -132,9 +132,11 @@ class Gateway {
 
   Gateway(GatewayDeps deps, GatewayOptions options);
   // Steps up to the replica wait: who, what, route, RBAC, rate limits, budget, upstream body.
-  // The refusal (already recorded), or nullopt with *route set and the call admitted.
+  // The refusal (already recorded), or nullopt with *route set and the call admitted. With
+  // may_block false (on an I/O thread), nullopt with *route null when the budget needs a store
+  // round trip first: nothing was taken and `req` is untouched; admit it again on a worker.
   std::optional<http::Response> Admit(Endpoint endpoint, http::Request& req, Call& call,
-                                      std::shared_ptr<const Route>* route);
+                                      std::shared_ptr<const Route>* route, bool may_block);
   // The rest for an admitted call: hold for a replica, then forward (blocking).
   http::Response Proceed(Call& call, std::shared_ptr<const Route> route);
   DeploymentState& State(const std::string& deployment);

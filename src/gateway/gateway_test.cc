@@ -462,6 +462,48 @@ TEST(Gateway, BudgetReservationHoldsUnder1000ConcurrentRequests) {
   EXPECT_EQ(reloaded.Usage("tenant t").spent_tokens, u.spent_tokens);
 }
 
+// Two gateways on one store (as `aicloud gateway` runs, several behind a load balancer) share a
+// tenant's budget: 1,000 concurrent requests spread over both never spend more than it, and the
+// store's total is every answered request's usage.
+TEST(Gateway, TwoGatewaysShareOneBudgetThroughTheStore) {
+  FakeEngine e({.prompt_tokens = 5, .completion_tokens = 50});
+  store::MemoryStore store;
+  const int64_t kBudget = 20'000;
+  std::atomic<int> ok{0}, over{0}, other{0}, next{0};
+  {
+    GatewayOptions o;
+    o.scrape_period = milliseconds(0);
+    Harness h1(o, &store), h2(o, &store);
+    for (Harness* h : {&h1, &h2}) {
+      ASSERT_TRUE(h->dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+      h->AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = kBudget}});
+    }
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 50; ++t) {
+      threads.emplace_back([&, t] {
+        Harness& h = t % 2 ? h1 : h2;
+        http::Client c(h.base);
+        while (next.fetch_add(1) < 1000) {
+          auto r = h.Post("k", Harness::Chat("m", "hi", 50), &c);
+          if (r.ok() && r->status == 200) ++ok;
+          else if (r.ok() && r->status == 429 && r->body.find("insufficient_quota") != std::string::npos) ++over;
+          else ++other;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }  // both stop: they settle and hand their grants back
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(ok.load() + over.load(), 1000);
+  EXPECT_GT(over.load(), 0);
+  EXPECT_LE(55 * ok.load(), kBudget) << "the two gateways together let through more than the budget";
+  EXPECT_EQ(e.requests.load(), ok.load());
+  BudgetLedger reader(&store, [] { return int64_t{0}; });
+  ASSERT_TRUE(reader.Load().ok());
+  EXPECT_EQ(reader.Usage("tenant t").spent_tokens, 55 * ok.load()) << "spending of one gateway was lost";
+  EXPECT_GT(55 * ok.load(), kBudget - 2 * 83 - kBudget / 8);  // little of the budget left unused
+}
+
 TEST(Gateway, BudgetedCallerWithoutMaxTokensGetsTheDefaultSentUpstream) {
   FakeEngine e;
   GatewayOptions o;

@@ -65,4 +65,21 @@ void RateLimiter::Adjust(std::span<const LimitScope> scopes, int64_t delta) {
   }
 }
 
+void RateLimiter::Release(std::span<const LimitScope> scopes, int64_t tokens) {
+  const int64_t now = clock_->NowMicros();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const LimitScope& s : scopes) {
+    if (s.limits->rpm > 0) {
+      Bucket& b = rpm_[s.name];
+      Refill(b, s.limits->rpm, now);
+      b.level = std::min(static_cast<double>(s.limits->rpm), b.level + 1);
+    }
+    if (s.limits->tpm > 0) {
+      Bucket& b = tpm_[s.name];
+      Refill(b, s.limits->tpm, now);
+      b.level = std::min(static_cast<double>(s.limits->tpm), b.level + static_cast<double>(tokens));
+    }
+  }
+}
+
 }  // namespace aicloud::gateway

@@ -48,6 +48,9 @@ class RateLimiter {
   RateVerdict Admit(std::span<const LimitScope> scopes, int64_t tokens);
   // delta > 0 returns tokens to the tpm buckets (the estimate was high), < 0 takes more.
   void Adjust(std::span<const LimitScope> scopes, int64_t delta);
+  // Undoes an Admit whose request was handed elsewhere before it ran: the request and its
+  // `tokens` go back to the buckets (so the request, admitted again there, counts once).
+  void Release(std::span<const LimitScope> scopes, int64_t tokens);
 
  private:
   struct Bucket {

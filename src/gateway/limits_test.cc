@@ -111,7 +111,7 @@ TEST(BudgetLedger, SurvivesRestartThroughTheStore) {
     ASSERT_TRUE(ledger.Flush().ok());
     StatusOr<BudgetReservation> r2 = ledger.Reserve(s, 100, 0.1);
     ledger.Settle(*r2, 100, 0.1);
-    ASSERT_TRUE(ledger.Flush().ok());  // an update of the stored object
+    ASSERT_TRUE(ledger.Flush(/*release=*/true).ok());  // an update of the stored object; the grant handed back
   }
   BudgetLedger again(&store, [&] { return now; });
   ASSERT_TRUE(again.Load().ok());
@@ -120,6 +120,96 @@ TEST(BudgetLedger, SurvivesRestartThroughTheStore) {
   StatusOr<BudgetReservation> r = again.Reserve(s, 300, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("has 200 of 1000 tokens left"), std::string::npos) << r.status();
+}
+
+// Two gateways share one budget through the store: every request is checked in memory against
+// the gateway's grant, yet together they never spend more than the budget, and their spending
+// adds up in the shared object (no gateway overwrites the other's).
+TEST(BudgetLedger, GatewaysSharingAStoreNeverOverspendTogether) {
+  store::MemoryStore store;
+  std::atomic<int64_t> now{5'000};
+  auto wall = [&] { return now.load(); };
+  BudgetLedger a(&store, wall, {.id = "gw-a"}), b(&store, wall, {.id = "gw-b"});
+  ASSERT_NE(a.id(), b.id());
+  const int64_t kBudget = 20'000;
+  Limits l{.budget_tokens = kBudget, .budget_period_s = 86400};
+  std::vector<BudgetScope> s = {{"tenant t", "t", &l}};
+  std::atomic<int> ok{0}, denied{0}, unavailable{0}, other{0};
+  std::atomic<int64_t> settled{0};
+  std::atomic<bool> stop{false};
+  std::thread flusher([&] {  // as each gateway's background thread does
+    while (!stop.load()) {
+      EXPECT_TRUE(a.Flush().ok());
+      EXPECT_TRUE(b.Flush().ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      BudgetLedger& g = t % 2 ? a : b;
+      for (int i = 0; i < 100; ++i) {
+        const bool may_block = i % 4 != 0;  // some calls from an I/O thread
+        StatusOr<BudgetReservation> r = g.Reserve(s, 83, 0, nullptr, may_block);
+        if (r.ok()) {
+          ++ok;
+          g.Settle(*r, 55 + (i % 29), 0);  // the real usage, at most the reservation
+          settled += 55 + (i % 29);
+        } else if (r.status().code() == StatusCode::kResourceExhausted) {
+          ++denied;
+        } else if (r.status().code() == StatusCode::kUnavailable && !may_block) {
+          ++unavailable;
+        } else {
+          ++other;
+          ADD_FAILURE() << r.status();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  stop = true;
+  flusher.join();
+  ASSERT_TRUE(a.Flush(true).ok());
+  ASSERT_TRUE(b.Flush(true).ok());
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(denied.load(), 0) << "1,600 requests of up to 83 tokens must exhaust 20,000";
+  StatusOr<store::ListResult> o = store.List({.kind = "GatewayBudget"});
+  ASSERT_TRUE(o.ok());
+  ASSERT_EQ(o->items.size(), 1u);
+  const int64_t spent = o->items[0]["status"]["spentTokens"].get<int64_t>();
+  EXPECT_LE(settled.load(), kBudget) << "the two gateways together spent more than the budget";
+  EXPECT_EQ(spent, settled.load()) << "spending of one gateway was lost";
+  EXPECT_EQ(a.Usage("tenant t").spent_tokens, spent);  // both see the sum after their last sync
+  EXPECT_GT(spent, kBudget - 2 * 83 - kBudget / 8) << "most of the budget went unused";
+  EXPECT_TRUE(o->items[0]["status"]["grants"].empty()) << o->items[0];  // both handed theirs back
+}
+
+// A gateway that dies keeps its grant only until its lease runs out; then the others get it.
+TEST(BudgetLedger, ADeadGatewaysGrantLapses) {
+  store::MemoryStore store;
+  int64_t now = 1'000;
+  auto wall = [&] { return now; };
+  Limits l{.budget_tokens = 800};
+  std::vector<BudgetScope> s = {{"key k", "t", &l}};
+  {
+    BudgetLedger dead(&store, wall, {.id = "dead", .lease_s = 10});
+    StatusOr<BudgetReservation> r = dead.Reserve(s, 500, 0);
+    ASSERT_TRUE(r.ok());
+    // Gone without settling or flushing: its grant (500 + a chunk) stays in the store.
+  }
+  BudgetLedger live(&store, wall, {.id = "live", .lease_s = 10});
+  StatusOr<BudgetReservation> r = live.Reserve(s, 400, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("key k has 200 of 800 tokens left"), std::string::npos) << r.status();
+  EXPECT_TRUE(live.Reserve(s, 200, 0).ok());  // what the dead one did not hold
+  now += 11;  // its lease ran out
+  EXPECT_TRUE(live.Reserve(s, 400, 0).ok());
+  // From an I/O thread, a request beyond the grant is not refused but sent where blocking is fine.
+  StatusOr<BudgetReservation> more = live.Reserve(s, 150, 0, nullptr, /*may_block=*/false);
+  ASSERT_FALSE(more.ok());
+  EXPECT_EQ(more.status().code(), StatusCode::kUnavailable) << more.status();
+  EXPECT_EQ(live.Usage("key k").reserved_tokens, 600);  // nothing taken by it
 }
 
 TEST(Period, ParseAndName) {
