@@ -258,13 +258,30 @@ void DeploymentController::Turn() {
     if (!Terminal(PhaseOf(j))) used_ports.push_back(std::atoi(Label(j, kPortLabel).c_str()));
   }
   std::map<std::string, std::string> node_addresses;
+  // Probe every deployment's running replicas at once: a dead replica of one deployment costs
+  // one probe timeout per turn, not one per deployment reconciled after it.
+  std::map<std::string, ReplicaProbe> probed;
+  {
+    std::vector<std::string> urls;
+    for (const json& d : deps->items) {
+      for (const json& j : replicas[TenantOf(d) + "/" + NameOf(d)]) {
+        if (Terminal(PhaseOf(j))) continue;
+        if (std::string url = ReplicaUrl(j, &node_addresses); !url.empty() && !probed.count(url)) {
+          probed[url] = {};
+          urls.push_back(url);
+        }
+      }
+    }
+    std::vector<ReplicaProbe> probes = ProbeAll(urls);
+    for (size_t i = 0; i < urls.size(); ++i) probed[urls[i]] = std::move(probes[i]);
+  }
   std::vector<ServingRoute> routes;
   bool jobs_changed = false;
   std::set<std::string> live;
   for (const json& d : deps->items) {
     const std::string key = TenantOf(d) + "/" + NameOf(d);
     live.insert(key);
-    Reconcile(d, replicas[key], &node_addresses, &used_ports, &routes, &jobs_changed);
+    Reconcile(d, replicas[key], &node_addresses, &used_ports, &routes, &jobs_changed, probed);
   }
   // Replicas whose Deployment was deleted.
   for (const auto& [key, list] : replicas) {
@@ -283,10 +300,23 @@ void DeploymentController::Turn() {
   if (jobs_changed && on_jobs_changed_) on_jobs_changed_();
 }
 
+std::string DeploymentController::ReplicaUrl(const json& job, std::map<std::string, std::string>* node_addresses) const {
+  const std::string node = NodeOf(job);
+  if (PhaseOf(job) != "Running" || node.empty()) return "";
+  auto it = node_addresses->find(node);
+  if (it == node_addresses->end()) {
+    std::string addr = options_.default_address;
+    StatusOr<json> n = store_->Get({"Node", "", node});
+    if (n.ok()) addr = n->value("spec", json::object()).value("address", addr);
+    it = node_addresses->emplace(node, addr).first;
+  }
+  return "http://" + it->second + ":" + Label(job, kPortLabel);
+}
+
 void DeploymentController::Reconcile(const json& deployment, const std::vector<json>& replicas,
                                      std::map<std::string, std::string>* node_addresses,
                                      std::vector<int>* used_ports, std::vector<ServingRoute>* routes,
-                                     bool* jobs_changed) {
+                                     bool* jobs_changed, const std::map<std::string, ReplicaProbe>& probed) {
   const std::string tenant = TenantOf(deployment), name = NameOf(deployment);
   const std::string key = tenant + "/" + name;
   const int64_t now_us = clock_->NowMicros();
@@ -322,31 +352,22 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       if (store_->Delete({"Job", tenant, r.name}, 0).ok()) *jobs_changed = true;
       continue;
     }
-    const std::string node = NodeOf(j);
-    if (PhaseOf(j) == "Running" && !node.empty()) {
-      auto it = node_addresses->find(node);
-      if (it == node_addresses->end()) {
-        std::string addr = options_.default_address;
-        StatusOr<json> n = store_->Get({"Node", "", node});
-        if (n.ok()) addr = n->value("spec", json::object()).value("address", addr);
-        it = node_addresses->emplace(node, addr).first;
-      }
-      r.url = "http://" + it->second + ":" + Label(j, kPortLabel);
-    }
+    r.url = ReplicaUrl(j, node_addresses);
     current.push_back(std::move(r));
   }
-  // Probe the running replicas together: a dead or slow one costs one probe timeout per turn,
-  // not one per replica.
+  // The turn probed the running replicas together (ProbeAll in Turn): a dead or slow one costs
+  // one probe timeout per turn, not one per replica.
   {
     std::vector<std::string> urls;
     for (const Replica& r : current) {
-      if (!r.url.empty()) urls.push_back(r.url);
+      if (!r.url.empty() && !probed.count(r.url)) urls.push_back(r.url);
     }
-    std::vector<ReplicaProbe> probes = ProbeAll(urls);
+    std::vector<ReplicaProbe> late = ProbeAll(urls);
     size_t k = 0;
     for (Replica& r : current) {
       if (r.url.empty()) continue;
-      r.probe = std::move(probes[k++]);
+      auto it = probed.find(r.url);
+      r.probe = it != probed.end() ? it->second : std::move(late[k++]);
       r.ready = r.probe.healthy;
     }
   }

@@ -158,9 +158,15 @@ class DeploymentController {
   };
 
   void Loop();
+  // `probed`: the turn's probes by replica URL (every deployment's replicas are probed together
+  // before any is reconciled; a URL missing there is probed here).
   void Reconcile(const nlohmann::json& deployment, const std::vector<nlohmann::json>& replicas,
                  std::map<std::string, std::string>* node_addresses, std::vector<int>* used_ports,
-                 std::vector<ServingRoute>* routes, bool* jobs_changed);
+                 std::vector<ServingRoute>* routes, bool* jobs_changed,
+                 const std::map<std::string, ReplicaProbe>& probed);
+  // The URL of a replica's engine when its job runs on a node ("" otherwise); node addresses are
+  // read once per turn into *node_addresses.
+  std::string ReplicaUrl(const nlohmann::json& job, std::map<std::string, std::string>* node_addresses) const;
   int NextPort(std::vector<int>* used) const;
   // prober_(url) for each url, kProbeParallelism at a time on threads of their own.
   std::vector<ReplicaProbe> ProbeAll(const std::vector<std::string>& urls) const;

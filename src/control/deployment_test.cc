@@ -284,6 +284,44 @@ TEST_F(DeploymentControllerTest, ReplicasAreProbedTogether) {
   probe_hook_ = nullptr;
 }
 
+TEST_F(DeploymentControllerTest, DeploymentsAreProbedTogether) {
+  // Three deployments of one replica each: their probes must overlap too (probed deployment by
+  // deployment, each would give up waiting for the others).
+  for (const char* name : {"a", "b", "c"}) {
+    json d = {{"apiVersion", "aicloud/v1"}, {"kind", "Deployment"},
+              {"metadata", {{"name", name}, {"tenant", "acme"}}},
+              {"spec", {{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}}}};
+    ASSERT_TRUE(store_.Create(d).ok());
+  }
+  dc_->Turn();
+  StatusOr<store::ListResult> jobs = store_.List({.kind = "Job"});
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->items.size(), 3u);
+  for (json j : jobs->items) {  // all three run
+    j["status"] = {{"phase", "Running"}, {"workers", {{{"node", "n1"}}}}};
+    ASSERT_TRUE(store_.Update(j, 0).ok());
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int in_flight = 0, most = 0;
+  probe_hook_ = [&](const std::string&) {
+    std::unique_lock<std::mutex> l(mu);
+    most = std::max(most, ++in_flight);
+    cv.notify_all();
+    const bool all = cv.wait_for(l, std::chrono::seconds(10), [&] { return most >= 3; });
+    --in_flight;
+    return ReplicaProbe{.healthy = all};
+  };
+  dc_->Turn();
+  probe_hook_ = nullptr;
+  EXPECT_EQ(most, 3);
+  ASSERT_EQ(dc_->Routes().size(), 3u);
+  for (const ServingRoute& r : dc_->Routes()) {
+    ASSERT_EQ(r.endpoints.size(), 1u) << r.deployment;
+    EXPECT_TRUE(r.endpoints[0].ready) << r.deployment;
+  }
+}
+
 TEST_F(DeploymentControllerTest, ReplicasPassAdmissionAndARefusalIsShownAndRetried) {
   // A quota of 2 GPUs, none in use as far as the control plane knows: replicas admitted earlier
   // in the same turn must count, or all 3 would pass.
