@@ -151,6 +151,13 @@ Status Checkpoint::OpenSharded(const std::filesystem::path& index) {
   return OkStatus();
 }
 
+void Checkpoint::DropPages(const TensorView* t) const {
+  if (t == nullptr) return;
+  for (const std::unique_ptr<SafetensorsFile>& f : files_) {
+    if (f->Owns(*t)) return f->DropPages(*t);
+  }
+}
+
 const TensorView* Checkpoint::Find(std::string_view name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : it->second;

@@ -63,6 +63,8 @@ class Checkpoint {
   const std::map<std::string, const TensorView*, std::less<>>& tensors() const { return tensors_; }
   // nullptr when absent.
   const TensorView* Find(std::string_view name) const;
+  // After a tensor was copied out: its pages go back to the kernel (SafetensorsFile::DropPages).
+  void DropPages(const TensorView* t) const;
   // The tensor, if present with exactly `shape`. NOT_FOUND naming the tensor when missing,
   // INVALID_ARGUMENT naming both shapes when different, UNIMPLEMENTED when its dtype is not loadable.
   StatusOr<const TensorView*> Require(std::string_view name, std::span<const int64_t> shape) const;

@@ -117,6 +117,20 @@ SafetensorsFile::~SafetensorsFile() {
   if (base_) ::munmap(const_cast<std::byte*>(base_), size_);
 }
 
+bool SafetensorsFile::Owns(const TensorView& view) const {
+  const auto* d = static_cast<const std::byte*>(view.data);
+  return base_ != nullptr && d >= base_ && view.nbytes <= size_ && d - base_ <= static_cast<ptrdiff_t>(size_ - view.nbytes);
+}
+
+void SafetensorsFile::DropPages(const TensorView& view) const {
+  if (!Owns(view)) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(view.data);
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + view.nbytes) / page * page;
+  if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 const TensorView* SafetensorsFile::Find(std::string_view name) const {
   auto it = by_name_.find(name);
   return it == by_name_.end() ? nullptr : &tensors_[it->second];

@@ -84,6 +84,14 @@ class SafetensorsFile {
   // Tensor name -> dtype name, for tensors of a dtype the engine does not load.
   const std::map<std::string, std::string, std::less<>>& unsupported() const { return unsupported_; }
 
+  // Whether `view` points into this file's mapping.
+  bool Owns(const TensorView& view) const;
+  // Gives the pages of a tensor that was copied out back to the kernel (madvise MADV_DONTNEED on
+  // the whole pages inside it), so loading does not hold the file and its converted copy at once.
+  // The view stays valid: a later read faults the pages in from the file again. No-op for a view
+  // this file does not own.
+  void DropPages(const TensorView& view) const;
+
  private:
   SafetensorsFile() = default;
   Status Parse();

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/rng.h"
@@ -102,6 +103,58 @@ TEST(SafetensorsTest, RoundTripsEveryDTypeAndShape) {
       }
     }
   }
+}
+
+// The process's resident set in KiB (smaps_rollup: mapped file pages included).
+int64_t RssKib() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string key;
+  int64_t kib = -1;
+  while (in >> key) {
+    if (key == "Rss:") {
+      in >> kib;
+      break;
+    }
+  }
+  return kib;
+}
+
+TEST(SafetensorsTest, DropPagesGivesACopiedTensorsMemoryBack) {
+  TempDir dir;
+  std::vector<float> big(4 << 20);  // 16 MiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 1000);
+  TensorToWrite t{.name = "w", .dtype = DType::kF32, .shape = {static_cast<int64_t>(big.size())},
+                  .data = std::as_bytes(std::span(big))};
+  ASSERT_TRUE(WriteSafetensors(dir / "m.safetensors", {&t, 1}).ok());
+  big.clear();
+  big.shrink_to_fit();
+  StatusOr<std::unique_ptr<SafetensorsFile>> f = SafetensorsFile::Open(dir / "m.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status();
+  const TensorView* v = (*f)->Find("w");
+  ASSERT_NE(v, nullptr);
+  ASSERT_TRUE((*f)->Owns(*v));
+  auto sum = [&] {
+    double s = 0;
+    const auto* p = static_cast<const float*>(v->data);
+    for (size_t i = 0; i < v->nbytes / 4; ++i) s += p[i];
+    return s;
+  };
+  const double first = sum();  // every page read: resident
+  const int64_t before = RssKib();
+  (*f)->DropPages(*v);
+  const int64_t after = RssKib();
+  ASSERT_GT(before, 0) << "no /proc/self/smaps_rollup";
+  EXPECT_LT(after, before - 12 * 1024) << "RSS " << before << " KiB -> " << after << " KiB";
+  EXPECT_EQ(sum(), first);  // still readable: the pages come back from the file
+
+  // A view that is not the file's is left alone.
+  std::vector<float> heap(8192, 3.0f);
+  TensorView other = *v;
+  other.data = heap.data();
+  other.nbytes = heap.size() * 4;
+  EXPECT_FALSE((*f)->Owns(other));
+  (*f)->DropPages(other);
+  EXPECT_EQ(heap[4096], 3.0f);
 }
 
 TEST(SafetensorsTest, MixedDTypesStayAligned) {

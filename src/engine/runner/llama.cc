@@ -30,6 +30,7 @@ StatusOr<std::vector<float>> FloatVector(const Checkpoint& c, const std::string&
   // The mapped data may be unaligned for its type: go through a copy.
   std::vector<std::byte> raw((*t)->bytes().begin(), (*t)->bytes().end());
   kernels::ConvertToFloat((*t)->dtype, raw.data(), out.data(), n);
+  c.DropPages(*t);
   return out;
 }
 
@@ -43,6 +44,7 @@ StatusOr<Matrix> Fuse(const Checkpoint& c, std::initializer_list<std::pair<std::
     views.push_back(ViewOf(**t));
   }
   StatusOr<Matrix> m = kernels::ConcatRows(views, to);
+  for (const auto& [name, rows] : parts) c.DropPages(c.Find(name));  // copied: the file's pages can go
   if (!m.ok()) {
     std::string names;
     for (const auto& p : parts) names += (names.empty() ? "" : ", ") + p.first;
@@ -126,6 +128,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const Checkpoint& ckpt,
     StatusOr<const TensorView*> t = ckpt.Require(name, {rows, cols});
     if (!t.ok()) return t.status();
     StatusOr<Matrix> out = kernels::ConvertMatrix(ViewOf(**t), TargetFormat(options.weights, (*t)->dtype));
+    ckpt.DropPages(*t);  // copied: the file's pages can go, so load never holds both in full
     if (!out.ok()) return Status(out.status().code(), name + ": " + std::string(out.status().message()));
     return out;
   };

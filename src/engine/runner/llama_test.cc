@@ -28,9 +28,9 @@ const std::string kSource = AICLOUD_SOURCE_DIR;
 
 // The two reference models. Their fixtures in tests/engine/data/ were produced by
 // tests/engine/llama_reference.py (PyTorch, float32) from the checkpoints these options write:
-//   AICLOUD_KEEP_MODELS=/tmp/ref build/src/engine/runner/engine_runner_test \
-//       --gtest_filter='*MatchesReference*'
-//   /usr/bin/python3 tests/engine/llama_reference.py /tmp/ref/plain --prompt <Prompt()> \
+//   AICLOUD_KEEP_MODELS=/tmp/ref build/src/engine/runner/engine_runner_test
+//       --gtest_filter='*MatchesReference*'                          (one command line)
+//   /usr/bin/python3 tests/engine/llama_reference.py /tmp/ref/plain --prompt <Prompt()>
 //       --greedy 12 > tests/engine/data/reference_plain.json        (and the same for llama3)
 struct RefModel {
   std::string name;

@@ -62,8 +62,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
   }
   StatusOr<std::unique_ptr<Checkpoint>> ck = Checkpoint::Open(dir);
   if (!ck.ok()) return ck.status();
-  e->checkpoint_ = std::move(*ck);
-  StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Load(*e->checkpoint_, {.weights = options.weights});
+  // The weights are copied out; the mapping is closed when `ck` goes out of scope.
+  StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Load(**ck, {.weights = options.weights});
   if (!model.ok()) return model.status();
   e->model_ = std::move(*model);
   const ModelConfig& c = e->model_->config();

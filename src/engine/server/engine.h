@@ -133,7 +133,6 @@ class Engine {
   void UpdateLoraInfo(const SchedulerStats& st);
 
   EngineOptions options_;
-  std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> chat_;
