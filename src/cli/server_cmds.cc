@@ -362,7 +362,10 @@ void AddServer(CLI::App& app, int* exit_code) {
       *exit_code = Fail(InvalidArgumentError("--node-pool needs --node-hook SCRIPT (called as SCRIPT up|down NODE)"));
       return;
     }
-    control::ScriptProvisioner hooks(sf->node_hook, ShapeOf(*sf));
+    // A hook may take as long as a node may take to register, no longer.
+    control::ScriptProvisioner hooks(
+        sf->node_hook, ShapeOf(*sf),
+        std::max(std::chrono::seconds(1), std::chrono::duration_cast<std::chrono::seconds>(node_opts->provision_timeout)));
     control::NodeAutoscaler node_autoscaler((*s)->store(), (*s)->control(), (*s)->clock(), (*s)->metrics(), &hooks,
                                             *node_opts);
     if (Status na = node_autoscaler.Start(); !na.ok()) {

@@ -43,8 +43,14 @@ std::string ShellQuote(const std::string& s) {
 
 // --- ScriptProvisioner ------------------------------------------------------------------------
 
-ScriptProvisioner::ScriptProvisioner(std::string script, NodeShape shape)
-    : script_(std::move(script)), shape_(std::move(shape)) {}
+ScriptProvisioner::ScriptProvisioner(std::string script, NodeShape shape, std::chrono::seconds timeout)
+    : script_(std::move(script)), shape_(std::move(shape)), timeout_(timeout) {}
+
+bool ScriptProvisioner::Busy(const std::string& node) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = last_.find(node);
+  return it != last_.end() && it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+}
 
 ScriptProvisioner::~ScriptProvisioner() {
   std::vector<Hook> running;
@@ -57,8 +63,8 @@ ScriptProvisioner::~ScriptProvisioner() {
 
 Status ScriptProvisioner::Run(const std::string& verb, const std::string& node) {
   if (script_.empty()) return FailedPreconditionError("no node hook script configured");
-  const std::string cmd = "AICLOUD_NODE=" + ShellQuote(node) + " " + ShellQuote(script_) + " " + verb + " " +
-                          ShellQuote(node) + " 2>&1";
+  const std::string cmd = "AICLOUD_NODE=" + ShellQuote(node) + " timeout -k 10 " + std::to_string(timeout_.count()) + " " +
+                          ShellQuote(script_) + " " + verb + " " + ShellQuote(node) + " 2>&1";
   std::lock_guard<std::mutex> l(mu_);
   for (auto it = running_.begin(); it != running_.end();) {  // join the finished ones
     if (it->done->load()) {
@@ -107,6 +113,9 @@ Status ScriptProvisioner::Run(const std::string& verb, const std::string& node) 
     if (code == 0) {
       ++ok_;
       spdlog::info("node hook {} {}: done", verb, node);
+    } else if (code == 124 || code == 137) {
+      ++failed_;
+      spdlog::warn("node hook {} {}: still running after {} s: stopped: {}", verb, node, timeout_.count(), tail);
     } else {
       ++failed_;
       spdlog::warn("node hook {} {}: exit {}: {}", verb, node, code, tail);
@@ -162,7 +171,7 @@ int NodeAutoscaler::active() const {
 std::string NodeAutoscaler::FreeName() const {
   for (int i = 0;; ++i) {
     const std::string n = options_.name_prefix + std::to_string(i);
-    if (!added_.count(n) && !released_.count(n)) return n;
+    if (!added_.count(n) && !released_.count(n) && !provisioner_->Busy(n)) return n;
   }
 }
 
@@ -274,6 +283,13 @@ void NodeAutoscaler::Turn() {
     for (const auto& [name, reason] : off_reasons) {
       added_.erase(name);
       released_.insert(name);
+      if (reason == "provision_timeout") {
+        // The node never came: no evidence that nodes do not help the jobs waiting for it.
+        for (auto& [key, w] : waiting_) {
+          w.waves = std::max(0, w.waves - 1);
+          w.retry_us = 0;
+        }
+      }
     }
 
     // 3. Scale up, one wave at a time.
@@ -350,8 +366,15 @@ void NodeAutoscaler::Turn() {
 
   for (const std::string& name : to_cordon) {
     Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();
-    spdlog::info("node autoscaler: {} unneeded: cordoned, powered off next turn if still empty{}", name,
-                 c.ok() ? "" : ": " + std::string(c.message()));
+    if (c.ok()) {
+      spdlog::info("node autoscaler: {} unneeded: cordoned, powered off next turn if still empty", name);
+      continue;
+    }
+    // Not cordoned: the scheduler may still place work there, so it must not go next turn.
+    spdlog::warn("node autoscaler: {} unneeded, but cordon failed (tried again next turn): {}", name,
+                 std::string(c.message()));
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = added_.find(name); it != added_.end()) it->second.cordoned = false;
   }
   for (const std::string& name : to_uncordon) {
     if (control_ != nullptr) (void)control_->Cordon(name, false);

@@ -69,21 +69,30 @@ class NodeProvisioner {
   virtual Status PowerOn(const std::string& node) = 0;
   virtual Status PowerOff(const std::string& node) = 0;
   virtual NodeShape Shape() const = 0;
+  // Still working on `node` (a hook running or queued): its name is not handed out again.
+  virtual bool Busy(const std::string& node) const {
+    (void)node;
+    return false;
+  }
 };
 
 // Runs the operator's hook: `<script> up <node>` and `<script> down <node>` through /bin/sh in
 // the background (power on through IPMI, PXE install, start `aicloud agent --node <node>`...),
 // with AICLOUD_NODE set. Hooks of one node run one at a time, in the order asked (a `down`
-// never overlaps the `up` still installing that machine); different nodes' hooks run together. Its exit status and the last lines of its output are logged. A hook
+// never overlaps the `up` still installing that machine); different nodes' hooks run together.
+// A hook still running after `timeout` is stopped (TERM, KILL 10 s later: coreutils timeout)
+// and counts as failed, so one hung IPMI call cannot hold its node's later hooks forever. Its exit status and the last lines of its output are logged. A hook
 // is done when its output closes: anything it leaves running must not keep stdout/stderr
 // (redirect them, e.g. `nohup aicloud agent ... >/var/log/agent.log 2>&1 &`).
 class ScriptProvisioner final : public NodeProvisioner {
  public:
-  ScriptProvisioner(std::string script, NodeShape shape);
+  ScriptProvisioner(std::string script, NodeShape shape,
+                    std::chrono::seconds timeout = std::chrono::seconds(900));
   ~ScriptProvisioner() override;  // waits for running hooks
   Status PowerOn(const std::string& node) override { return Run("up", node); }
   Status PowerOff(const std::string& node) override { return Run("down", node); }
   NodeShape Shape() const override { return shape_; }
+  bool Busy(const std::string& node) const override;
   // Hooks finished so far with exit status 0 / other.
   int succeeded() const { return ok_.load(); }
   int failed() const { return failed_.load(); }
@@ -93,11 +102,12 @@ class ScriptProvisioner final : public NodeProvisioner {
 
   std::string script_;
   NodeShape shape_;
+  std::chrono::seconds timeout_;
   struct Hook {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<Hook> running_;  // GUARDED_BY(mu_); finished ones are joined by the next Run
   std::map<std::string, std::shared_future<void>> last_;  // GUARDED_BY(mu_): per node, the newest hook
   std::atomic<int> ok_{0}, failed_{0};

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "store/memory_store.h"
@@ -43,9 +44,11 @@ class FakeProvisioner : public NodeProvisioner {
     o["status"]["phase"] = phase;
     (void)store_->Update(o, 0);
   }
+  bool Busy(const std::string& n) const override { return busy.count(n) > 0; }
   std::vector<std::string> on, off;
   // A powered-off node's Node stays Ready until the server's heartbeat grace runs out.
   bool off_keeps_ready = false;
+  std::set<std::string> busy;  // nodes whose hooks have not finished
 
  private:
   store::Store* store_;
@@ -274,6 +277,28 @@ TEST_F(NodeAutoscalerTest, ANameIsNotReusedWhileTheOldNodeStillLooksReady) {
   EXPECT_EQ(prov_.on, (std::vector<std::string>{"auto-0", "auto-1", "auto-0"}));
 }
 
+TEST_F(NodeAutoscalerTest, ANodeWhoseHooksAreStillRunningKeepsItsName) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .provision_timeout = std::chrono::seconds(60)});
+  Job("j", Gpus(1, 8), "Pending", "Unschedulable");
+  clock_.Advance(2'000'000);
+  na.Turn();
+  clock_.Advance(2'000'000);
+  na.Turn();
+  ASSERT_EQ(prov_.on, std::vector<std::string>{"auto-0"});
+  prov_.busy.insert("auto-0");  // its `up` hangs (say, on IPMI); the `down` queues behind it
+  clock_.Advance(61'000'000);
+  na.Turn();
+  ASSERT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+  na.Turn();
+  EXPECT_EQ(prov_.on, (std::vector<std::string>{"auto-0", "auto-1"})) << "a new up for auto-0 would wait behind the hung one";
+  prov_.busy.clear();
+  clock_.Advance(61'000'000);  // auto-1 never registers either
+  na.Turn();
+  na.Turn();
+  EXPECT_EQ(prov_.on.back(), "auto-0") << "free again once its hooks are done";
+}
+
 TEST_F(NodeAutoscalerTest, AJobNewNodesDoNotHelpBacksOffExponentially) {
   // The scheduler never places "stuck" (a reason the sizing pass cannot see): each wave's node
   // idles out, and the job's next wave comes only after 60 s, then 120 s, then 240 s (the cap).
@@ -377,6 +402,34 @@ TEST(ScriptProvisioner, HooksOfOneNodeRunInOrderOneAtATime) {
                                                "end up a"}));
   ASSERT_GE(b_start, 0);
   EXPECT_LT(b_start, a_first_end) << "node b's hook waited for node a's";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ScriptProvisioner, AHungHookIsStoppedAndTheNodesNextHookRuns) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("hook-hang-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string script = (dir / "hook.sh").string();
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\nif [ \"$1\" = up ]; then exec sleep 60; fi\necho down >> " << (dir / "log").string() << "\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    ScriptProvisioner p(script, {}, std::chrono::seconds(1));
+    ASSERT_TRUE(p.PowerOn("n").ok());
+    ASSERT_TRUE(p.PowerOff("n").ok());
+    EXPECT_TRUE(p.Busy("n"));
+    EXPECT_FALSE(p.Busy("other"));
+    for (int i = 0; i < 1000 && p.Busy("n"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_FALSE(p.Busy("n"));
+    EXPECT_EQ(p.failed(), 1);     // the up, stopped
+    EXPECT_EQ(p.succeeded(), 1);  // the down, after it
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  std::ifstream in(dir / "log");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(all, "down\n");
   std::filesystem::remove_all(dir);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "auth/auth.h"
 
@@ -19,7 +20,41 @@ std::string RandomId() {
   return buf;
 }
 
+// Fields of a stored object, read defensively: a hand-edited or foreign GatewayBudget must not
+// throw (json::value does on a type mismatch) or unbalance the arithmetic.
+int64_t IntField(const store::json& o, const char* key) {
+  auto it = o.find(key);  // end() for a non-object too
+  if (it == o.end()) return 0;
+  if (it->is_number_integer()) return std::max<int64_t>(0, it->get<int64_t>());
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (!(d > 0)) return 0;  // negative, zero or NaN
+    return d < 1e18 ? static_cast<int64_t>(d) : int64_t{1} << 60;
+  }
+  return 0;
+}
+int64_t SignedIntField(const store::json& o, const char* key, int64_t missing) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_number_integer() ? it->get<int64_t>() : missing;
+}
+double NumField(const store::json& o, const char* key) {
+  auto it = o.find(key);
+  if (it == o.end() || !it->is_number()) return 0;
+  const double d = it->get<double>();
+  return std::isfinite(d) && d > 0 ? d : 0;
+}
+const store::json& ObjectField(const store::json& o, const char* key) {
+  static const store::json kEmpty = store::json::object();
+  auto it = o.find(key);
+  return it != o.end() && it->is_object() ? *it : kEmpty;
+}
+
 // A grant's room for more: the chunk a ledger asks for beyond what it has in flight.
+constexpr int64_t kLeaseMarginS = 2;
+constexpr int64_t kMaxAmount = int64_t{1} << 60;  // stored amounts are clamped to this (no overflow)
+constexpr int kSyncAttempts = 16;
+constexpr int kReserveRounds = 6;
+
 int64_t Chunk(int64_t budget) { return budget > 0 ? std::max<int64_t>(1, budget / 8) : 0; }
 double Chunk(double budget) { return budget > 0 ? budget / 8 : 0; }
 
@@ -92,9 +127,12 @@ bool BudgetLedger::FitsLocked(const Entry& e, int64_t tokens, double cost, int64
     return (e.budget_tokens <= 0 || e.spent_tokens + e.reserved_tokens + tokens <= e.budget_tokens) &&
            (e.budget_cost <= 0 || e.spent_cost + e.reserved_cost + cost <= e.budget_cost + 1e-12);
   }
-  if (now_s >= e.grant_expires) return false;
-  return (e.budget_tokens <= 0 || e.unflushed_tokens + e.reserved_tokens + tokens <= e.grant_tokens) &&
-         (e.budget_cost <= 0 || e.unflushed_cost + e.reserved_cost + cost <= e.grant_cost + 1e-12);
+  // Stop a little before the lease ends: another gateway's clock may run ahead of ours.
+  if (now_s + kLeaseMarginS >= e.grant_expires) return false;
+  const int64_t limit_tokens = e.sync_limit_tokens >= 0 ? std::min(e.grant_tokens, e.sync_limit_tokens) : e.grant_tokens;
+  const double limit_cost = e.sync_limit_cost >= 0 ? std::min(e.grant_cost, e.sync_limit_cost) : e.grant_cost;
+  return (e.budget_tokens <= 0 || e.unflushed_tokens + e.reserved_tokens + tokens <= limit_tokens) &&
+         (e.budget_cost <= 0 || e.unflushed_cost + e.reserved_cost + cost <= limit_cost + 1e-12);
 }
 
 Status BudgetLedger::Load() {
@@ -106,15 +144,18 @@ Status BudgetLedger::Load() {
     if (!page.ok()) return page.status();
     std::lock_guard<std::mutex> lock(mu_);
     for (const store::json& o : page->items) {
-      const store::json& spec = o.value("spec", store::json::object());
-      const store::json& st = o.value("status", store::json::object());
-      if (!spec.contains("scope") || !spec["scope"].is_string()) continue;
-      Entry& e = entries_[spec["scope"].get<std::string>()];
-      e.tenant = o["metadata"].value("tenant", "");
-      e.period_s = spec.value("periodSeconds", int64_t{0});
-      e.period_start = spec.value("periodStart", int64_t{0});
-      e.spent_tokens = st.value("spentTokens", int64_t{0});
-      e.spent_cost = st.value("spentCost", 0.0);
+      const store::json& spec = ObjectField(o, "spec");
+      const store::json& st = ObjectField(o, "status");
+      auto scope = spec.find("scope");
+      if (scope == spec.end() || !scope->is_string()) continue;
+      const store::json& meta = ObjectField(o, "metadata");
+      auto tenant = meta.find("tenant");
+      Entry& e = entries_[scope->get<std::string>()];
+      e.tenant = tenant != meta.end() && tenant->is_string() ? tenant->get<std::string>() : "";
+      e.period_s = IntField(spec, "periodSeconds");
+      e.period_start = SignedIntField(spec, "periodStart", 0);
+      e.spent_tokens = IntField(st, "spentTokens");
+      e.spent_cost = NumField(st, "spentCost");
       RollLocked(e, now);  // an object of a past period counts as nothing spent
     }
     token = page->continue_token;
@@ -129,7 +170,7 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
   r.cost = cost;
   for (int round = 0;; ++round) {
     const int64_t now = wall_seconds_();
-    std::string short_of;  // a scope whose grant is too small (store mode)
+    std::vector<std::string> short_of;  // scopes whose grant is too small (store mode)
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const BudgetScope& s : scopes) {
@@ -145,12 +186,19 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
         e.budget_cost = l.budget_cost;
         RollLocked(e, now);
         e.active = true;
+        ++e.reserves;
         if (FitsLocked(e, tokens, cost, now)) continue;
-        if (store_ != nullptr && round == 0) {
-          short_of = s.name;
-          break;
+        // What is left for everyone: budget - spent - what others hold - ours (in flight and
+        // settled since the last sync). With a store these are the numbers of the last sync:
+        // fresh once this call synced (round > 0).
+        const int64_t left_tokens = l.budget_tokens - e.spent_tokens - e.unflushed_tokens - e.reserved_tokens - e.others_tokens;
+        const double left_cost = l.budget_cost - e.spent_cost - e.unflushed_cost - e.reserved_cost - e.others_cost;
+        const bool tokens_out = l.budget_tokens > 0 && left_tokens < tokens;
+        const bool cost_out = l.budget_cost > 0 && left_cost + 1e-12 < cost;
+        if (store_ != nullptr && (round == 0 || (!tokens_out && !cost_out))) {
+          short_of.push_back(s.name);  // a larger grant may do: ask the store
+          continue;
         }
-        // Out of budget. What is left for everyone: budget - spent - what others hold - ours.
         if (retry_after_s != nullptr) {
           *retry_after_s = e.period_s > 0 ? static_cast<int>(e.period_start + e.period_s - now) : 0;
         }
@@ -158,18 +206,12 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
           return ResourceExhaustedError("budget: " + s.name + " " + what + " in its " + PeriodName(e.period_s) +
                                         " budget period");
         };
-        const bool live = store_ != nullptr && now < e.grant_expires;
-        if (l.budget_tokens > 0 &&
-            !(store_ == nullptr ? e.spent_tokens + e.reserved_tokens + tokens <= l.budget_tokens
-                                : live && e.unflushed_tokens + e.reserved_tokens + tokens <= e.grant_tokens)) {
-          const int64_t left = std::max<int64_t>(0, l.budget_tokens - e.spent_tokens - e.unflushed_tokens -
-                                                        e.reserved_tokens - e.others_tokens);
-          return deny("has " + std::to_string(left) + " of " + std::to_string(l.budget_tokens) +
-                      " tokens left (in flight included); this request may use up to " + std::to_string(tokens));
+        if (tokens_out || !cost_out) {
+          return deny("has " + std::to_string(std::max<int64_t>(0, left_tokens)) + " of " +
+                      std::to_string(l.budget_tokens) + " tokens left (in flight included); this request may use up to " +
+                      std::to_string(tokens));
         }
-        const double left = std::max(0.0, l.budget_cost - e.spent_cost - e.unflushed_cost - e.reserved_cost -
-                                              e.others_cost);
-        return deny("has " + Num(left) + " of " + Num(l.budget_cost) +
+        return deny("has " + Num(std::max(0.0, left_cost)) + " of " + Num(l.budget_cost) +
                     " cost left (in flight included); this request may cost up to " + Num(cost));
       }
       if (short_of.empty()) {
@@ -183,18 +225,16 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
         return r;
       }
     }
-    // The grant is too small: take more through the store, then look again (once).
-    if (!may_block) return UnavailableError("budget: " + short_of + " needs a larger grant from the store");
-    for (const BudgetScope& s : scopes) {
-      if (!s.limits->HasBudget()) continue;
-      bool fits;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        fits = FitsLocked(entries_[s.name], tokens, cost, now);
-      }
-      if (fits) continue;
-      if (Status st = Sync(s.name, tokens, cost); !st.ok()) {
-        return Status(StatusCode::kUnavailable, "budget: " + s.name + ": " + st.message());
+    // A grant is too small: take more through the store, then look again. Others may take the
+    // new room first; the request is refused as out of budget only when a fresh look at the
+    // store says so, and answered UNAVAILABLE (try again shortly) if it keeps losing the race.
+    if (!may_block) return UnavailableError("budget: " + short_of[0] + " needs a larger grant from the store");
+    if (round + 1 >= kReserveRounds) {
+      return UnavailableError("budget: " + short_of[0] + ": the shared budget is busy; try again");
+    }
+    for (const std::string& name : short_of) {
+      if (Status st = Sync(name, tokens, cost); !st.ok()) {
+        return Status(StatusCode::kUnavailable, "budget: " + name + ": " + st.message());
       }
     }
   }
@@ -233,86 +273,122 @@ BudgetUsage BudgetLedger::Usage(const std::string& scope) const {
 
 Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double extra_cost, bool release) {
   std::lock_guard<std::mutex> sync_lock(sync_mu_);
-  for (int attempt = 0; attempt < 16; ++attempt) {
+  thread_local std::minstd_rand jitter(std::random_device{}());
+  for (int attempt = 0; attempt < kSyncAttempts; ++attempt) {
+    if (attempt > 0) {  // lost a compare-and-swap to another gateway: back off, jittered
+      const int base_us = 500 << std::min(attempt, 6);
+      std::this_thread::sleep_for(std::chrono::microseconds(base_us / 2 + static_cast<int>(jitter() % base_us)));
+    }
     const int64_t now = wall_seconds_();
-    Entry snap;
+    std::string tenant;
+    int64_t period_s, period_start;
     {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = entries_[name];
       RollLocked(e, now);
-      snap = e;
+      tenant = e.tenant;
+      period_s = e.period_s;
+      period_start = e.period_start;
     }
-    const store::ObjectKey key{kKind, snap.tenant, ObjectName(name)};
+    const store::ObjectKey key{kKind, tenant, ObjectName(name)};
     StatusOr<store::json> cur = store_->Get(key);
     if (!cur.ok() && cur.status().code() != StatusCode::kNotFound) return cur.status();
-    store::json status = store::json::object();
     int64_t spent_tokens = 0, others_tokens = 0;
     double spent_cost = 0, others_cost = 0;
     store::json grants = store::json::object();
     if (cur.ok()) {
-      const store::json spec = cur->value("spec", store::json::object());
-      const store::json st = cur->value("status", store::json::object());
-      if (spec.value("periodStart", int64_t{-1}) == snap.period_start &&
-          spec.value("periodSeconds", int64_t{-1}) == snap.period_s && st.is_object()) {
-        spent_tokens = st.value("spentTokens", int64_t{0});
-        spent_cost = st.value("spentCost", 0.0);
-        const store::json g = st.value("grants", store::json::object());
-        if (g.is_object()) {
-          for (auto it = g.begin(); it != g.end(); ++it) {
-            if (it.key() == options_.id || !it.value().is_object()) continue;
-            if (it.value().value("expires", int64_t{0}) <= now) continue;  // that ledger is gone
-            others_tokens += it.value().value("tokens", int64_t{0});
-            others_cost += it.value().value("cost", 0.0);
-            grants[it.key()] = it.value();
-          }
+      const store::json& spec = ObjectField(*cur, "spec");
+      const store::json& st = ObjectField(*cur, "status");
+      const int64_t stored_start = SignedIntField(spec, "periodStart", -1);
+      const bool same_length = SignedIntField(spec, "periodSeconds", -1) == period_s;
+      if (same_length && stored_start > period_start) {
+        return UnavailableError("the shared budget is already in a later period (this host's clock is behind)");
+      }
+      if (same_length && stored_start == period_start) {
+        spent_tokens = std::min(IntField(st, "spentTokens"), kMaxAmount);
+        spent_cost = std::min(NumField(st, "spentCost"), static_cast<double>(kMaxAmount));
+        const store::json& g = ObjectField(st, "grants");
+        std::lock_guard<std::mutex> lock(mu_);
+        const Entry& e = entries_[name];
+        for (auto it = g.begin(); it != g.end(); ++it) {
+          if (it.key() == options_.id || !it.value().is_object()) continue;
+          const int64_t expires = SignedIntField(it.value(), "expires", 0);
+          // Gone, or a lease no gateway would write (a bogus object must not lock the budget).
+          if (expires <= now || expires > now + 10 * options_.lease_s) continue;
+          const int64_t t = std::min(IntField(it.value(), "tokens"), std::max<int64_t>(e.budget_tokens, 0));
+          const double c = std::min(NumField(it.value(), "cost"), std::max(e.budget_cost, 0.0));
+          others_tokens = std::min(others_tokens + t, std::max<int64_t>(e.budget_tokens, 0));
+          others_cost = std::min(others_cost + c, std::max(e.budget_cost, 0.0));
+          grants[it.key()] = {{"tokens", t}, {"cost", c}, {"expires", expires}};
         }
       }
     }
-    spent_tokens += snap.unflushed_tokens;
-    spent_cost += snap.unflushed_cost;
-    // What this ledger holds from now: its reservations (never less: they are out already),
-    // what it was asked for, and a chunk of room while requests come, within what is left.
-    const bool wants_room = !release && (snap.active || extra_tokens > 0 || extra_cost > 0);
-    const int64_t want_tokens = snap.reserved_tokens + extra_tokens + (wants_room ? Chunk(snap.budget_tokens) : 0);
-    const double want_cost = snap.reserved_cost + extra_cost + (wants_room ? Chunk(snap.budget_cost) : 0);
-    const int64_t left_tokens = snap.budget_tokens - spent_tokens - others_tokens;
-    const double left_cost = snap.budget_cost - spent_cost - others_cost;
-    const int64_t grant_tokens =
-        snap.budget_tokens > 0 ? std::max(snap.reserved_tokens, std::min(want_tokens, std::max<int64_t>(left_tokens, 0))) : 0;
-    const double grant_cost =
-        snap.budget_cost > 0 ? std::max(snap.reserved_cost, std::min(want_cost, std::max(left_cost, 0.0))) : 0;
+    // Decide with the live numbers, and until the write lands admit only within both the grant
+    // the store holds now and the one being written.
+    int64_t unflushed_tokens, reserved_tokens, grant_tokens, old_grant_tokens;
+    double unflushed_cost, grant_cost, old_grant_cost;
+    uint64_t reserves;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = entries_[name];
+      if (e.period_start != period_start) continue;  // rolled meanwhile: look again
+      unflushed_tokens = e.unflushed_tokens;
+      unflushed_cost = e.unflushed_cost;
+      reserved_tokens = e.reserved_tokens;
+      const double reserved_cost = e.reserved_cost;
+      reserves = e.reserves;
+      old_grant_tokens = e.grant_tokens;
+      old_grant_cost = e.grant_cost;
+      spent_tokens += unflushed_tokens;
+      spent_cost += unflushed_cost;
+      // What this ledger holds from now: its reservations (never less: they are out already),
+      // what it was asked for, and a chunk of room while requests come, within what is left.
+      const bool wants_room = !release && (e.active || extra_tokens > 0 || extra_cost > 0);
+      const int64_t want_tokens = reserved_tokens + extra_tokens + (wants_room ? Chunk(e.budget_tokens) : 0);
+      const double want_cost = reserved_cost + extra_cost + (wants_room ? Chunk(e.budget_cost) : 0);
+      const int64_t left_tokens = e.budget_tokens - spent_tokens - others_tokens;
+      const double left_cost = e.budget_cost - spent_cost - others_cost;
+      grant_tokens = e.budget_tokens > 0 ? std::max(reserved_tokens, std::min(want_tokens, std::max<int64_t>(left_tokens, 0))) : 0;
+      grant_cost = e.budget_cost > 0 ? std::max(reserved_cost, std::min(want_cost, std::max(left_cost, 0.0))) : 0;
+      e.sync_limit_tokens = grant_tokens + unflushed_tokens;
+      e.sync_limit_cost = grant_cost + unflushed_cost;
+    }
     const int64_t expires = now + options_.lease_s;
     if (grant_tokens > 0 || grant_cost > 0) {
       grants[options_.id] = {{"tokens", grant_tokens}, {"cost", grant_cost}, {"expires", expires}};
     }
-    const bool changes = snap.unflushed_tokens != 0 || snap.unflushed_cost != 0 || grant_tokens > 0 ||
-                         grant_cost > 0 || snap.grant_tokens > 0 || snap.grant_cost > 0 || !cur.ok();
+    Status written;
+    const bool changes = unflushed_tokens != 0 || unflushed_cost != 0 || grant_tokens > 0 || grant_cost > 0 ||
+                         old_grant_tokens > 0 || old_grant_cost > 0 || !cur.ok();
     if (changes) {
       store::json o = {{"apiVersion", "aicloud/v1"},
                        {"kind", kKind},
-                       {"metadata", {{"name", key.name}, {"tenant", snap.tenant}}},
-                       {"spec", {{"scope", name}, {"periodStart", snap.period_start}, {"periodSeconds", snap.period_s}}},
+                       {"metadata", {{"name", key.name}, {"tenant", tenant}}},
+                       {"spec", {{"scope", name}, {"periodStart", period_start}, {"periodSeconds", period_s}}},
                        {"status", {{"spentTokens", spent_tokens}, {"spentCost", spent_cost}, {"grants", grants}}}};
       StatusOr<store::json> w = cur.ok() ? store_->Update(o, store::ResourceVersionOf(*cur)) : store_->Create(o);
-      if (!w.ok()) {
-        const StatusCode c = w.status().code();
-        if (c == StatusCode::kAborted || c == StatusCode::kAlreadyExists || c == StatusCode::kNotFound) continue;
-        return w.status();
-      }
+      written = w.status();
     }
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = entries_[name];
-    if (e.period_start != snap.period_start) return OkStatus();  // the period rolled meanwhile
+    e.sync_limit_tokens = -1;  // the store holds the old grant (failed) or the new one
+    e.sync_limit_cost = -1;
+    if (!written.ok()) {
+      const StatusCode c = written.code();
+      if (c == StatusCode::kAborted || c == StatusCode::kAlreadyExists || c == StatusCode::kNotFound) continue;
+      return written;
+    }
+    if (e.period_start != period_start) return OkStatus();  // the period rolled meanwhile
     e.spent_tokens = spent_tokens;
     e.spent_cost = spent_cost;
-    e.unflushed_tokens -= snap.unflushed_tokens;  // settlements during the round trip stay
-    e.unflushed_cost -= snap.unflushed_cost;
+    e.unflushed_tokens -= unflushed_tokens;  // settlements during the round trip stay
+    e.unflushed_cost -= unflushed_cost;
     e.grant_tokens = grant_tokens;
     e.grant_cost = grant_cost;
     e.others_tokens = others_tokens;
     e.others_cost = others_cost;
-    e.grant_expires = expires;
-    e.active = false;
+    e.grant_expires = grant_tokens > 0 || grant_cost > 0 ? expires : 0;
+    e.active = e.reserves != reserves;  // a request came during the round trip
     return OkStatus();
   }
   return AbortedError("too many concurrent updates of its shared budget; try again");

@@ -127,6 +127,11 @@ class BudgetLedger {
     int64_t others_tokens = 0;  // other ledgers' live grants at the last sync (messages only)
     double others_cost = 0;
     int64_t grant_expires = 0;  // wall seconds; the grant is void from then on
+    // While a sync's write is in flight: admit only within this too (in today's accounting, so
+    // what is admitted meanwhile fits both the stored grant and the one being written). -1 = none.
+    int64_t sync_limit_tokens = -1;
+    double sync_limit_cost = -1;
+    uint64_t reserves = 0;      // Reserve calls so far (to tell whether one came during a sync)
     bool active = false;        // reserved since the last sync
   };
   void RollLocked(Entry& e, int64_t now_s) const;

@@ -374,7 +374,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
       return std::nullopt;
     }
     if (!r.ok() && r.status().code() == StatusCode::kUnavailable) {
-      limiter_.Adjust(call.rate_scopes, call.estimate);  // the request never ran
+      limiter_.Release(call.rate_scopes, call.estimate);  // our failure: it does not count
       return Refuse(call, "budget_unavailable",
                     OpenAiError(503, "budget_unavailable", "cannot check the budget: " + r.status().message(), {}, 1));
     }
@@ -889,7 +889,11 @@ void Gateway::Background() {
     }
     if (now >= next_flush) {
       next_flush = now + options_.flush_period;
-      if (Status s = ledger_.Flush(); !s.ok()) std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+      try {  // this thread must outlive anything a stored object holds
+        if (Status s = ledger_.Flush(); !s.ok()) std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gateway: budget flush failed: %s\n", e.what());
+      }
     }
   }
 }

@@ -1,9 +1,12 @@
 #include "gateway/request.h"
 
 namespace aicloud::gateway {
+
 namespace {
 
 using nlohmann::json;
+
+constexpr int64_t kMaxTokensBound = 100'000'000;
 
 void AppendContent(const json& content, std::string* out) {
   if (content.is_string()) {
@@ -58,18 +61,28 @@ StatusOr<RequestInfo> ParseRequestInfo(const json& body, Endpoint endpoint) {
     info.stream = s->get<bool>();
   }
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
-    info.include_usage = so->value("include_usage", false);
+    auto iu = so->find("include_usage");
+    if (iu != so->end() && !iu->is_null()) {
+      if (!iu->is_boolean()) return InvalidArgumentError("stream_options.include_usage: must be a boolean");
+      info.include_usage = iu->get<bool>();
+    }
   }
   for (const char* field : {"max_completion_tokens", "max_tokens"}) {
     auto t = body.find(field);
     if (t == body.end() || t->is_null()) continue;
-    if (!t->is_number_integer() || t->get<int64_t>() < 0) {
-      return InvalidArgumentError(std::string(field) + ": must be a non-negative integer");
+    // Bounded so that prompt + max_tokens * n (a budget reservation) cannot overflow.
+    if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > kMaxTokensBound) {
+      return InvalidArgumentError(std::string(field) + ": must be an integer from 0 to " + std::to_string(kMaxTokensBound));
     }
     info.max_tokens = t->get<int64_t>();
     break;
   }
-  if (auto n = body.find("n"); n != body.end() && n->is_number_integer()) info.n = std::max<int64_t>(1, n->get<int64_t>());
+  if (auto n = body.find("n"); n != body.end() && !n->is_null()) {
+    if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > 128) {
+      return InvalidArgumentError("n: must be an integer from 1 to 128");
+    }
+    info.n = n->get<int64_t>();
+  }
   switch (endpoint) {
     case Endpoint::kChat: {
       auto msgs = body.find("messages");

@@ -44,6 +44,13 @@ TEST(RequestInfo, BadFieldsAreNamed) {
       {{{"model", "m"}}, Endpoint::kChat, "messages: required"},
       {{{"model", "m"}, {"messages", json::array()}, {"stream", "yes"}}, Endpoint::kChat, "stream: must be a boolean"},
       {{{"model", "m"}, {"prompt", "x"}, {"max_tokens", -1}}, Endpoint::kCompletions, "max_tokens: must be"},
+      // Bounded, so the worst case prompt + max_tokens * n of a reservation cannot overflow.
+      {{{"model", "m"}, {"prompt", "x"}, {"max_tokens", int64_t{1} << 62}}, Endpoint::kCompletions,
+       "max_tokens: must be an integer from 0 to 100000000"},
+      {{{"model", "m"}, {"prompt", "x"}, {"n", int64_t{1} << 40}}, Endpoint::kCompletions, "n: must be an integer from 1 to 128"},
+      {{{"model", "m"}, {"prompt", "x"}, {"n", 0}}, Endpoint::kCompletions, "n: must be"},
+      {{{"model", "m"}, {"prompt", "x"}, {"stream_options", {{"include_usage", "yes"}}}}, Endpoint::kCompletions,
+       "stream_options.include_usage: must be a boolean"},
   };
   for (const Case& c : cases) {
     StatusOr<RequestInfo> r = ParseRequestInfo(c.body, c.ep);
