@@ -172,7 +172,9 @@ class AuthService {
   // VisibleTenants read only memory once a snapshot exists — for callers on an event loop, which
   // must not wait on the store. Edits made through this service (CreateApiKey, RevokeApiKey,
   // Bootstrap, Invalidate) still take effect before they return; edits made elsewhere within
-  // about one poll interval, as without the refresher. Idempotent; the destructor stops it.
+  // about one poll interval, as without the refresher. (If the reload after an edit through this
+  // service fails, the snapshot is dropped rather than served stale, and the next check loads it
+  // on its own thread.) Idempotent; the destructor stops it.
   void RefreshInBackground();
 
  private:
