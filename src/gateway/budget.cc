@@ -168,6 +168,7 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
   BudgetReservation r;
   r.tokens = tokens;
   r.cost = cost;
+  std::vector<std::string> synced;  // scopes this call took a fresh look at
   for (int round = 0;; ++round) {
     const int64_t now = wall_seconds_();
     std::vector<std::string> short_of;  // scopes whose grant is too small (store mode)
@@ -190,12 +191,13 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
         if (FitsLocked(e, tokens, cost, now)) continue;
         // What is left for everyone: budget - spent - what others hold - ours (in flight and
         // settled since the last sync). With a store these are the numbers of the last sync:
-        // fresh once this call synced (round > 0).
+        // fresh once this call synced this scope.
         const int64_t left_tokens = l.budget_tokens - e.spent_tokens - e.unflushed_tokens - e.reserved_tokens - e.others_tokens;
         const double left_cost = l.budget_cost - e.spent_cost - e.unflushed_cost - e.reserved_cost - e.others_cost;
         const bool tokens_out = l.budget_tokens > 0 && left_tokens < tokens;
         const bool cost_out = l.budget_cost > 0 && left_cost + 1e-12 < cost;
-        if (store_ != nullptr && (round == 0 || (!tokens_out && !cost_out))) {
+        const bool fresh = std::find(synced.begin(), synced.end(), s.name) != synced.end();
+        if (store_ != nullptr && (!fresh || (!tokens_out && !cost_out))) {
           short_of.push_back(s.name);  // a larger grant may do: ask the store
           continue;
         }
@@ -236,6 +238,7 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
       if (Status st = Sync(name, tokens, cost); !st.ok()) {
         return Status(StatusCode::kUnavailable, "budget: " + name + ": " + st.message());
       }
+      if (std::find(synced.begin(), synced.end(), name) == synced.end()) synced.push_back(name);
     }
   }
 }
