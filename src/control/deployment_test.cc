@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "store/memory_store.h"
 
@@ -136,6 +137,22 @@ class DeploymentControllerTest : public ::testing::Test {
           auto it = fake_.find(url);
           return it == fake_.end() ? ReplicaProbe{} : it->second;
         });
+  }
+
+  // Every probe waits (up to 10 s) until `n` probes are in flight at once, and reports healthy
+  // only if they were: probes made one after another come back unhealthy. *most = the most seen.
+  void ProbesMustOverlap(int n, int* most) {
+    auto state = std::make_shared<std::tuple<std::mutex, std::condition_variable, int>>();
+    *most = 0;
+    probe_hook_ = [state, n, most](const std::string&) {
+      auto& [mu, cv, in_flight] = *state;
+      std::unique_lock<std::mutex> l(mu);
+      *most = std::max(*most, ++in_flight);
+      cv.notify_all();
+      const bool all = cv.wait_for(l, std::chrono::seconds(10), [&] { return *most >= n; });
+      --in_flight;
+      return ReplicaProbe{.healthy = all};
+    };
   }
 
   void Apply(const json& spec) {
@@ -266,17 +283,8 @@ TEST_F(DeploymentControllerTest, ReplicasAreProbedTogether) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 4}, {"max", 4}}}});
   dc_->Turn();
   RunAll();
-  std::mutex mu;
-  std::condition_variable cv;
-  int in_flight = 0, most = 0;
-  probe_hook_ = [&](const std::string&) {
-    std::unique_lock<std::mutex> l(mu);
-    most = std::max(most, ++in_flight);
-    cv.notify_all();
-    const bool all = cv.wait_for(l, std::chrono::seconds(10), [&] { return most >= 4; });
-    --in_flight;
-    return ReplicaProbe{.healthy = all};
-  };
+  int most = 0;
+  ProbesMustOverlap(4, &most);
   dc_->Turn();
   EXPECT_EQ(most, 4);
   EXPECT_EQ(Status()["readyReplicas"], 4) << Status().dump();
@@ -301,17 +309,8 @@ TEST_F(DeploymentControllerTest, DeploymentsAreProbedTogether) {
     j["status"] = {{"phase", "Running"}, {"workers", {{{"node", "n1"}}}}};
     ASSERT_TRUE(store_.Update(j, 0).ok());
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  int in_flight = 0, most = 0;
-  probe_hook_ = [&](const std::string&) {
-    std::unique_lock<std::mutex> l(mu);
-    most = std::max(most, ++in_flight);
-    cv.notify_all();
-    const bool all = cv.wait_for(l, std::chrono::seconds(10), [&] { return most >= 3; });
-    --in_flight;
-    return ReplicaProbe{.healthy = all};
-  };
+  int most = 0;
+  ProbesMustOverlap(3, &most);
   dc_->Turn();
   probe_hook_ = nullptr;
   EXPECT_EQ(most, 3);

@@ -64,6 +64,13 @@ class NodeAutoscalerTest : public ::testing::Test {
     StatusOr<json> cur = store_.Get({"Job", "t", name});
     ASSERT_TRUE((cur.ok() ? store_.Update(j, 0) : store_.Create(j)).ok());
   }
+  // Two turns 2 s apart: long enough for a job pending_for 1 s to count, and for its wave.
+  void TwoTurns(NodeAutoscaler& na) {
+    for (int i = 0; i < 2; ++i) {
+      clock_.Advance(2'000'000);
+      na.Turn();
+    }
+  }
   static json Gpus(int workers, int per_worker, std::string model = "") {
     json g = {{"count", per_worker}};
     if (!model.empty()) g["model"] = model;
@@ -134,10 +141,7 @@ TEST_F(NodeAutoscalerTest, RoomLeftOnReadyNodesIsUsedBeforeAddingNodes) {
   Job("running", Gpus(1, 4), "Running", "", "n1");           // n1: 4 of 8 GPUs left
   Job("gang", Gpus(4, 2), "Pending", "Unschedulable");       // 8 GPUs: 2 workers fit on n1
   Job("wide", Gpus(3, 4), "Pending", "Unschedulable");       // 12 GPUs, none fit any more
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   // (8 - 4) + 12 = 16 GPUs of new nodes: two, not three.
   EXPECT_EQ(prov_.on, (std::vector<std::string>{"auto-0", "auto-1"}));
 }
@@ -147,16 +151,10 @@ TEST_F(NodeAutoscalerTest, IgnoresJobsANewNodeCouldNotHostAndRespectsMaxNodes) {
   Job("huge", Gpus(1, 16), "Pending", "Unschedulable");         // 16 GPUs per worker > 8
   Job("a100", Gpus(1, 1, "A100-80GB"), "Pending", "Unschedulable");  // another GPU model
   Job("pending", Gpus(1, 1), "Pending", "Queued");              // not unschedulable
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   EXPECT_TRUE(prov_.on.empty());
   Job("many", Gpus(4, 8), "Pending", "Unschedulable");  // needs 4 nodes, 1 allowed
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   EXPECT_EQ(prov_.on, std::vector<std::string>{"auto-0"});
 }
 
@@ -164,10 +162,7 @@ TEST_F(NodeAutoscalerTest, ANodeThatNeverRegistersIsPoweredOffAfterTheTimeout) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
                     {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .provision_timeout = std::chrono::seconds(300)});
   Job("j", Gpus(1, 8), "Pending", "Unschedulable");
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   ASSERT_EQ(prov_.on.size(), 1u);
   clock_.Advance(301'000'000);
   na.Turn();
@@ -181,10 +176,7 @@ TEST_F(NodeAutoscalerTest, AnAddedNodeThatDiesIsPoweredOffAndItsSlotFreed) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
                     {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .provision_timeout = std::chrono::seconds(60)});
   Job("j", Gpus(1, 8), "Pending", "Unschedulable");
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   ASSERT_EQ(prov_.on.size(), 1u);
   prov_.Register("auto-0");
   Job("j", Gpus(1, 8), "Running", "", "auto-0");
@@ -209,10 +201,7 @@ TEST_F(NodeAutoscalerTest, AJobBoundWhileTheCordonIsWrittenKeepsItsNode) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
                     {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(30)});
   Job("j", Gpus(1, 8), "Pending", "Unschedulable");
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   ASSERT_EQ(prov_.on.size(), 1u);
   prov_.Register("auto-0");
   Job("j", Gpus(1, 8), "Succeeded");
@@ -243,10 +232,7 @@ TEST_F(NodeAutoscalerTest, ANameIsNotReusedWhileTheOldNodeStillLooksReady) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
                     {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(10)});
   Job("a", Gpus(1, 8), "Pending", "Unschedulable");
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   ASSERT_EQ(prov_.on, std::vector<std::string>{"auto-0"});
   prov_.Register("auto-0");
   Job("a", Gpus(1, 8), "Succeeded");
@@ -256,10 +242,7 @@ TEST_F(NodeAutoscalerTest, ANameIsNotReusedWhileTheOldNodeStillLooksReady) {
   na.Turn();  // powered off; its Node still says Ready (heartbeat grace)
   ASSERT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
   Job("b", Gpus(1, 8), "Pending", "Unschedulable");
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   ASSERT_EQ(prov_.on, (std::vector<std::string>{"auto-0", "auto-1"})) << "auto-0's stale Node would pass for the new machine";
   // auto-1 has not registered: it must not count as registered, so no second wave either.
   clock_.Advance(5'000'000);
@@ -281,10 +264,7 @@ TEST_F(NodeAutoscalerTest, ANodeWhoseHooksAreStillRunningKeepsItsName) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
                     {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .provision_timeout = std::chrono::seconds(60)});
   Job("j", Gpus(1, 8), "Pending", "Unschedulable");
-  clock_.Advance(2'000'000);
-  na.Turn();
-  clock_.Advance(2'000'000);
-  na.Turn();
+  TwoTurns(na);
   ASSERT_EQ(prov_.on, std::vector<std::string>{"auto-0"});
   prov_.busy.insert("auto-0");  // its `up` hangs (say, on IPMI); the `down` queues behind it
   clock_.Advance(61'000'000);
