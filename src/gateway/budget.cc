@@ -54,6 +54,7 @@ constexpr int64_t kLeaseMarginS = 2;
 constexpr int64_t kMaxAmount = int64_t{1} << 60;  // stored amounts are clamped to this (no overflow)
 constexpr int kSyncAttempts = 16;
 constexpr int kReserveRounds = 6;
+constexpr int kSpareRetryAfterS = 2;
 
 int64_t Chunk(int64_t budget) { return budget > 0 ? std::max<int64_t>(1, budget / 8) : 0; }
 double Chunk(double budget) { return budget > 0 ? budget / 8 : 0; }
@@ -107,8 +108,7 @@ std::string BudgetLedger::ObjectName(const std::string& scope) {
 void BudgetLedger::RollLocked(Entry& e, int64_t now_s) const {
   const int64_t start = e.period_s > 0 ? now_s / e.period_s * e.period_s : 0;
   if (start != e.period_start) {
-    // A new period: spending starts over, grants are per period; in-flight reservations stay
-    // counted (and will be settled into the new period).
+    // A new period: spending and grants start over.
     e.period_start = start;
     e.spent_tokens = 0;
     e.spent_cost = 0;
@@ -118,7 +118,14 @@ void BudgetLedger::RollLocked(Entry& e, int64_t now_s) const {
     e.grant_cost = 0;
     e.others_tokens = 0;
     e.others_cost = 0;
+    e.others_held_tokens = 0;
+    e.others_held_cost = 0;
     e.grant_expires = 0;
+    // Requests still in flight belong to the period they were admitted in: they settle there
+    // (Settle drops them), so the new period starts with nothing reserved either.
+    e.reserved_tokens = 0;
+    e.reserved_cost = 0;
+    e.in_flight = 0;
   }
 }
 
@@ -194,6 +201,12 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
         // fresh once this call synced this scope.
         const int64_t left_tokens = l.budget_tokens - e.spent_tokens - e.unflushed_tokens - e.reserved_tokens - e.others_tokens;
         const double left_cost = l.budget_cost - e.spent_cost - e.unflushed_cost - e.reserved_cost - e.others_cost;
+        // Other gateways' grants include spare room they give back at their next flush: when
+        // that is what stands in the way, the wait is seconds, not the rest of the period.
+        const bool spare_in_the_way =
+            store_ != nullptr &&
+            (l.budget_tokens <= 0 || left_tokens + (e.others_tokens - e.others_held_tokens) >= tokens) &&
+            (l.budget_cost <= 0 || left_cost + (e.others_cost - e.others_held_cost) + 1e-12 >= cost);
         const bool tokens_out = l.budget_tokens > 0 && left_tokens < tokens;
         const bool cost_out = l.budget_cost > 0 && left_cost + 1e-12 < cost;
         const bool fresh = std::find(synced.begin(), synced.end(), s.name) != synced.end();
@@ -202,11 +215,16 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
           continue;
         }
         if (retry_after_s != nullptr) {
-          *retry_after_s = e.period_s > 0 ? static_cast<int>(e.period_start + e.period_s - now) : 0;
+          *retry_after_s = spare_in_the_way ? kSpareRetryAfterS
+                           : e.period_s > 0 ? static_cast<int>(std::clamp<int64_t>(e.period_start + e.period_s - now, 1, INT32_MAX))
+                                            : 0;
         }
         auto deny = [&](const std::string& what) -> Status {
           return ResourceExhaustedError("budget: " + s.name + " " + what + " in its " + PeriodName(e.period_s) +
-                                        " budget period");
+                                        " budget period" +
+                                        (spare_in_the_way ? "; other gateways hold part of it as spare room and give "
+                                                            "it back within seconds"
+                                                          : ""));
         };
         if (tokens_out || !cost_out) {
           return deny("has " + std::to_string(std::max<int64_t>(0, left_tokens)) + " of " +
@@ -222,6 +240,7 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
           Entry& e = entries_[s.name];
           e.reserved_tokens += tokens;
           e.reserved_cost += cost;
+          ++e.in_flight;
           r.parts.push_back({s.name, e.period_start});
         }
         return r;
@@ -249,9 +268,17 @@ void BudgetLedger::Settle(const BudgetReservation& r, int64_t tokens, double cos
   std::lock_guard<std::mutex> lock(mu_);
   for (const BudgetReservation::Part& p : r.parts) {
     Entry& e = entries_[p.name];
+    RollLocked(e, now);
+    if (p.period_start != e.period_start) continue;  // admitted in a period that is over
     e.reserved_tokens = std::max<int64_t>(0, e.reserved_tokens - r.tokens);
     e.reserved_cost = std::max(0.0, e.reserved_cost - r.cost);
-    RollLocked(e, now);
+    if (--e.in_flight <= 0) {  // no rounding residue keeps an idle scope "in flight"
+      e.in_flight = 0;
+      e.reserved_tokens = 0;
+      e.reserved_cost = 0;
+    }
+    tokens = std::max<int64_t>(0, tokens);
+    cost = std::max(0.0, cost);
     if (store_ == nullptr) {
       e.spent_tokens += tokens;
       e.spent_cost += cost;
@@ -296,8 +323,8 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     const store::ObjectKey key{kKind, tenant, ObjectName(name)};
     StatusOr<store::json> cur = store_->Get(key);
     if (!cur.ok() && cur.status().code() != StatusCode::kNotFound) return cur.status();
-    int64_t spent_tokens = 0, others_tokens = 0;
-    double spent_cost = 0, others_cost = 0;
+    int64_t spent_tokens = 0, others_tokens = 0, others_held_tokens = 0, others_live = 0;
+    double spent_cost = 0, others_cost = 0, others_held_cost = 0;
     store::json grants = store::json::object();
     if (cur.ok()) {
       const store::json& spec = ObjectField(*cur, "spec");
@@ -320,16 +347,21 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
           if (expires <= now || expires > now + 10 * options_.lease_s) continue;
           const int64_t t = std::min(IntField(it.value(), "tokens"), std::max<int64_t>(e.budget_tokens, 0));
           const double c = std::min(NumField(it.value(), "cost"), std::max(e.budget_cost, 0.0));
+          const int64_t ht = std::min(IntField(it.value(), "heldTokens"), t);
+          const double hc = std::min(NumField(it.value(), "heldCost"), c);
           others_tokens = std::min(others_tokens + t, std::max<int64_t>(e.budget_tokens, 0));
           others_cost = std::min(others_cost + c, std::max(e.budget_cost, 0.0));
-          grants[it.key()] = {{"tokens", t}, {"cost", c}, {"expires", expires}};
+          others_held_tokens = std::min(others_held_tokens + ht, std::max<int64_t>(e.budget_tokens, 0));
+          others_held_cost = std::min(others_held_cost + hc, std::max(e.budget_cost, 0.0));
+          ++others_live;
+          grants[it.key()] = {{"tokens", t}, {"cost", c}, {"heldTokens", ht}, {"heldCost", hc}, {"expires", expires}};
         }
       }
     }
     // Decide with the live numbers, and until the write lands admit only within both the grant
     // the store holds now and the one being written.
     int64_t unflushed_tokens, reserved_tokens, grant_tokens, old_grant_tokens;
-    double unflushed_cost, grant_cost, old_grant_cost;
+    double unflushed_cost, grant_cost, old_grant_cost, reserved_cost_now;
     uint64_t reserves;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -339,6 +371,7 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
       unflushed_cost = e.unflushed_cost;
       reserved_tokens = e.reserved_tokens;
       const double reserved_cost = e.reserved_cost;
+      reserved_cost_now = reserved_cost;
       reserves = e.reserves;
       old_grant_tokens = e.grant_tokens;
       old_grant_cost = e.grant_cost;
@@ -346,11 +379,16 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
       spent_cost += unflushed_cost;
       // What this ledger holds from now: its reservations (never less: they are out already),
       // what it was asked for, and a chunk of room while requests come, within what is left.
+      // The room asked for shrinks as more gateways share the budget, so the spare room of many
+      // cannot crowd out a newcomer: at most 1/8 of the budget, at most half of what is left
+      // divided among the gateways holding grants.
       const bool wants_room = !release && (e.active || extra_tokens > 0 || extra_cost > 0);
-      const int64_t want_tokens = reserved_tokens + extra_tokens + (wants_room ? Chunk(e.budget_tokens) : 0);
-      const double want_cost = reserved_cost + extra_cost + (wants_room ? Chunk(e.budget_cost) : 0);
       const int64_t left_tokens = e.budget_tokens - spent_tokens - others_tokens;
       const double left_cost = e.budget_cost - spent_cost - others_cost;
+      const int64_t room_tokens = std::min(Chunk(e.budget_tokens), std::max<int64_t>(0, left_tokens) / (2 * (others_live + 1)));
+      const double room_cost = std::min(Chunk(e.budget_cost), std::max(0.0, left_cost) / static_cast<double>(2 * (others_live + 1)));
+      const int64_t want_tokens = reserved_tokens + extra_tokens + (wants_room ? room_tokens : 0);
+      const double want_cost = reserved_cost + extra_cost + (wants_room ? room_cost : 0);
       grant_tokens = e.budget_tokens > 0 ? std::max(reserved_tokens, std::min(want_tokens, std::max<int64_t>(left_tokens, 0))) : 0;
       grant_cost = e.budget_cost > 0 ? std::max(reserved_cost, std::min(want_cost, std::max(left_cost, 0.0))) : 0;
       e.sync_limit_tokens = grant_tokens + unflushed_tokens;
@@ -358,7 +396,10 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     }
     const int64_t expires = now + options_.lease_s;
     if (grant_tokens > 0 || grant_cost > 0) {
-      grants[options_.id] = {{"tokens", grant_tokens}, {"cost", grant_cost}, {"expires", expires}};
+      // What of the grant is taken (in flight), so others refuse only for what is really spent.
+      grants[options_.id] = {{"tokens", grant_tokens}, {"cost", grant_cost},
+                             {"heldTokens", std::min(reserved_tokens + extra_tokens, grant_tokens)},
+                             {"heldCost", std::min(reserved_cost_now + extra_cost, grant_cost)}, {"expires", expires}};
     }
     Status written;
     const bool changes = unflushed_tokens != 0 || unflushed_cost != 0 || grant_tokens > 0 || grant_cost > 0 ||
@@ -374,13 +415,19 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     }
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = entries_[name];
-    e.sync_limit_tokens = -1;  // the store holds the old grant (failed) or the new one
-    e.sync_limit_cost = -1;
     if (!written.ok()) {
       const StatusCode c = written.code();
-      if (c == StatusCode::kAborted || c == StatusCode::kAlreadyExists || c == StatusCode::kNotFound) continue;
+      if (c == StatusCode::kAborted || c == StatusCode::kAlreadyExists || c == StatusCode::kNotFound) {
+        e.sync_limit_tokens = -1;  // refused: the store still holds the old grant
+        e.sync_limit_cost = -1;
+        continue;
+      }
+      // Unknown outcome (the write may have landed): keep admitting within both grants until a
+      // sync succeeds. (Its settled spending may then be counted twice: too much, never too little.)
       return written;
     }
+    e.sync_limit_tokens = -1;  // the store holds the new grant
+    e.sync_limit_cost = -1;
     if (e.period_start != period_start) return OkStatus();  // the period rolled meanwhile
     e.spent_tokens = spent_tokens;
     e.spent_cost = spent_cost;
@@ -390,6 +437,8 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     e.grant_cost = grant_cost;
     e.others_tokens = others_tokens;
     e.others_cost = others_cost;
+    e.others_held_tokens = others_held_tokens;
+    e.others_held_cost = others_held_cost;
     e.grant_expires = grant_tokens > 0 || grant_cost > 0 ? expires : 0;
     e.active = e.reserves != reserves;  // a request came during the round trip
     return OkStatus();

@@ -124,8 +124,11 @@ class BudgetLedger {
     double reserved_cost = 0;
     int64_t grant_tokens = 0;   // with a store: this ledger's share (in flight + unflushed + room)
     double grant_cost = 0;
-    int64_t others_tokens = 0;  // other ledgers' live grants at the last sync (messages only)
+    int64_t others_tokens = 0;  // other ledgers' live grants at the last sync
     double others_cost = 0;
+    int64_t others_held_tokens = 0;  // of which in flight or settled there (not spare room)
+    double others_held_cost = 0;
+    int64_t in_flight = 0;      // reservations of this period not yet settled
     int64_t grant_expires = 0;  // wall seconds; the grant is void from then on
     // While a sync's write is in flight: admit only within this too (in today's accounting, so
     // what is admitted meanwhile fits both the stored grant and the one being written). -1 = none.

@@ -350,7 +350,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   const bool inject_max = budgeted && !call.info.max_tokens && endpoint != Endpoint::kEmbeddings;
   call.max_tokens = call.info.max_tokens.value_or(endpoint == Endpoint::kEmbeddings ? 0 : options_.default_max_tokens);
   call.prompt_estimate = call.info.PromptTokensUpperBound();
-  call.estimate = call.prompt_estimate + call.max_tokens * call.info.n;
+  call.estimate = call.prompt_estimate + call.info.CompletionTokensBound(call.max_tokens);
   call.PointScopes();
   if (!call.rate_scopes.empty()) {
     RateVerdict v = limiter_.Admit(call.rate_scopes, call.estimate);
@@ -360,7 +360,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   // 5. Budgets: reserve the worst case on key and tenant at once.
   if (budgeted) {
     const double cost = (static_cast<double>(call.prompt_estimate) * route->prompt_price_per_m +
-                         static_cast<double>(call.max_tokens * call.info.n) * route->completion_price_per_m) / 1e6;
+                         static_cast<double>(call.info.CompletionTokensBound(call.max_tokens)) * route->completion_price_per_m) / 1e6;
     std::vector<BudgetScope> scopes;
     if (call.who.key_limits.HasBudget()) scopes.push_back({"key " + call.who.key_id, call.who.tenant, &call.who.key_limits});
     if (call.who.tenant_limits.HasBudget()) {
@@ -677,7 +677,8 @@ void Gateway::Settle(Call& call, const Route& route, bool answered, std::optiona
   } else if (answered) {
     // No usage from the upstream: charge the upper bound (streams: chunks seen, ~1 token each).
     prompt = call.prompt_estimate;
-    completion = call.info.stream ? std::min(chunks, call.max_tokens * call.info.n) : call.max_tokens * call.info.n;
+    completion = call.info.stream ? std::min(chunks, call.info.CompletionTokensBound(call.max_tokens))
+                                  : call.info.CompletionTokensBound(call.max_tokens);
   }
   const double cost = (static_cast<double>(prompt) * route.prompt_price_per_m +
                        static_cast<double>(completion) * route.completion_price_per_m) / 1e6;

@@ -60,10 +60,59 @@ TEST(BudgetLedger, ReserveSettleAndPeriods) {
   ledger.Settle(*a, 100, 0);
   EXPECT_EQ(ledger.Usage("key k1").spent_tokens, 100);
   EXPECT_EQ(ledger.Usage("key k1").reserved_tokens, 0);
-  EXPECT_TRUE(ledger.Reserve(s, 600, 0).ok());
-  now += 86400;  // next day: spending starts over, the in-flight reservation stays
-  EXPECT_EQ(ledger.Reserve(s, 400, 0).ok(), true);
+  StatusOr<BudgetReservation> late = ledger.Reserve(s, 600, 0);
+  EXPECT_TRUE(late.ok());
+  now += 86400;  // next day: spending starts over; yesterday's request belongs to yesterday
+  StatusOr<BudgetReservation> today = ledger.Reserve(s, 1000, 0);
+  EXPECT_TRUE(today.ok());
   EXPECT_FALSE(ledger.Reserve(s, 1, 0).ok());
+  ledger.Settle(*late, 600, 0);  // settles into the day it was admitted in, which is over
+  EXPECT_EQ(ledger.Usage("key k1").spent_tokens, 0);
+  EXPECT_EQ(ledger.Usage("key k1").reserved_tokens, 1000);
+  ledger.Settle(*today, 10, 0);
+  EXPECT_EQ(ledger.Usage("key k1").spent_tokens, 10);
+  EXPECT_EQ(ledger.Usage("key k1").reserved_tokens, 0);
+}
+
+// Costs that do not add up exactly in binary leave no residue: an idle scope holds nothing.
+TEST(BudgetLedger, CostRoundingLeavesNothingInFlight) {
+  store::MemoryStore store;
+  int64_t now = 1'000;
+  Limits l{.budget_cost = 10};
+  std::vector<BudgetScope> s = {{"key k", "t", &l}};
+  BudgetLedger ledger(&store, [&] { return now; }, {.id = "a"});
+  StatusOr<BudgetReservation> a = ledger.Reserve(s, 1, 0.1), b = ledger.Reserve(s, 1, 0.2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ledger.Settle(*a, 1, 0.1);
+  ledger.Settle(*b, 1, 0.2);
+  EXPECT_EQ(ledger.Usage("key k").reserved_cost, 0.0);
+  ASSERT_TRUE(ledger.Flush().ok());  // settles, still active: keeps some room
+  ASSERT_TRUE(ledger.Flush().ok());  // idle now: gives the grant back
+  const int64_t rev = store.Revision();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ledger.Flush().ok());
+  EXPECT_EQ(store.Revision(), rev) << "an idle ledger kept writing its budget every flush";
+}
+
+// Another gateway's spare room is not the budget being spent: the refusal says so and asks to
+// come back in seconds, not at the end of the period.
+TEST(BudgetLedger, SpareRoomOfAnotherGatewayIsNotADayLongRefusal) {
+  store::MemoryStore store;
+  int64_t now = 86400 * 3 + 10;
+  Limits l{.budget_tokens = 800, .budget_period_s = 86400};
+  std::vector<BudgetScope> s = {{"tenant t", "t", &l}};
+  BudgetLedger a(&store, [&] { return now; }, {.id = "a"}), b(&store, [&] { return now; }, {.id = "b"});
+  StatusOr<BudgetReservation> r = a.Reserve(s, 100, 0);  // a's grant: 100 + spare room
+  ASSERT_TRUE(r.ok());
+  a.Settle(*r, 0, 0);
+  ASSERT_TRUE(a.Flush().ok());  // a: nothing in flight, some spare room
+  int retry = 0;
+  StatusOr<BudgetReservation> big = b.Reserve(s, 800, 0, &retry);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(big.status().message().find("give it back within seconds"), std::string::npos) << big.status();
+  EXPECT_LE(retry, 2);
+  ASSERT_TRUE(a.Flush().ok());  // a idle: hands its room back
+  EXPECT_TRUE(b.Reserve(s, 800, 0).ok());
 }
 
 TEST(BudgetLedger, CostBudgetNamesTheScope) {

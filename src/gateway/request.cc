@@ -1,5 +1,7 @@
 #include "gateway/request.h"
 
+#include <algorithm>
+
 namespace aicloud::gateway {
 
 namespace {
@@ -8,16 +10,26 @@ using nlohmann::json;
 
 constexpr int64_t kMaxTokensBound = 100'000'000;
 
-void AppendContent(const json& content, std::string* out) {
+void AppendContent(const json& content, RequestInfo* info) {
   if (content.is_string()) {
-    out->append(content.get_ref<const std::string&>());
+    info->prompt_text.append(content.get_ref<const std::string&>());
   } else if (content.is_array()) {  // [{"type": "text", "text": "..."}, {"type": "image_url", ...}]
     for (const json& part : content) {
-      if (part.is_object() && part.contains("text") && part["text"].is_string()) {
-        out->append(part["text"].get_ref<const std::string&>());
+      if (!part.is_object()) continue;
+      auto text = part.find("text");
+      if (text != part.end() && text->is_string()) {
+        info->prompt_text.append(text->get_ref<const std::string&>());
+      } else {
+        info->extra_prompt_tokens += kImageTokensBound;  // an image (or audio, file) part
       }
     }
   }
+}
+
+// Bytes of a field a chat template renders into the prompt as JSON (tools, a tool call...).
+int64_t JsonBytes(const json& body, const char* field) {
+  auto it = body.find(field);
+  return it == body.end() || it->is_null() ? 0 : static_cast<int64_t>(it->dump().size());
 }
 
 // A completion prompt or an embedding input: a string, a list of strings, token ids, or a list
@@ -26,11 +38,13 @@ void AppendPrompt(const json& p, RequestInfo* info) {
   if (p.is_string()) {
     info->prompt_text.append(p.get_ref<const std::string&>());
   } else if (p.is_array()) {
+    int64_t prompts = 0;  // a list of strings or of token-id lists is that many prompts
     for (const json& x : p) {
-      if (x.is_string()) info->prompt_text.append(x.get_ref<const std::string&>());
+      if (x.is_string()) info->prompt_text.append(x.get_ref<const std::string&>()), ++prompts;
       else if (x.is_number_integer()) ++info->prompt_token_ids;
-      else if (x.is_array()) info->prompt_token_ids += static_cast<int64_t>(x.size());
+      else if (x.is_array()) info->prompt_token_ids += static_cast<int64_t>(x.size()), ++prompts;
     }
+    info->prompts = std::max<int64_t>(1, prompts);
   }
 }
 
@@ -46,7 +60,8 @@ const char* EndpointName(Endpoint e) {
 }
 
 int64_t RequestInfo::PromptTokensUpperBound() const {
-  return static_cast<int64_t>(prompt_text.size()) + prompt_token_ids + 8 * static_cast<int64_t>(messages) + 16;
+  return static_cast<int64_t>(prompt_text.size()) + prompt_token_ids + extra_prompt_tokens +
+         8 * static_cast<int64_t>(messages) + 16;
 }
 
 StatusOr<RequestInfo> ParseRequestInfo(const json& body, Endpoint endpoint) {
@@ -92,8 +107,12 @@ StatusOr<RequestInfo> ParseRequestInfo(const json& body, Endpoint endpoint) {
         ++info.messages;
         if (auto r = msg.find("role"); r != msg.end() && r->is_string()) info.prompt_text.append(r->get_ref<const std::string&>());
         info.prompt_text.push_back('\n');
-        if (auto c = msg.find("content"); c != msg.end()) AppendContent(*c, &info.prompt_text);
+        if (auto c = msg.find("content"); c != msg.end()) AppendContent(*c, &info);
         info.prompt_text.push_back('\n');
+        info.extra_prompt_tokens += JsonBytes(msg, "tool_calls") + JsonBytes(msg, "function_call") + JsonBytes(msg, "name");
+      }
+      for (const char* field : {"tools", "functions", "tool_choice", "response_format"}) {
+        info.extra_prompt_tokens += JsonBytes(body, field);
       }
       break;
     }
@@ -128,9 +147,15 @@ std::optional<TokenUsage> UsageOf(const json& body) {
   if (!body.is_object()) return std::nullopt;
   auto u = body.find("usage");
   if (u == body.end() || !u->is_object()) return std::nullopt;
+  // An engine's numbers, read without trusting their types (a string or a negative count would
+  // throw or lower the spend).
+  auto count = [&](const char* key) -> int64_t {
+    auto it = u->find(key);
+    return it != u->end() && it->is_number_integer() ? std::max<int64_t>(0, it->get<int64_t>()) : 0;
+  };
   TokenUsage t;
-  t.prompt_tokens = u->value("prompt_tokens", int64_t{0});
-  t.completion_tokens = u->value("completion_tokens", int64_t{0});
+  t.prompt_tokens = count("prompt_tokens");
+  t.completion_tokens = count("completion_tokens");
   return t;
 }
 

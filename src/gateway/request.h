@@ -38,10 +38,21 @@ struct RequestInfo {
   std::string prompt_text;            // see above
   int64_t prompt_token_ids = 0;       // prompts given as token ids
   int messages = 0;
+  int64_t prompts = 1;                // completions: prompts in the request, each gets n choices
+  // Prompt tokens outside the text above: tools, functions, response_format, tool_calls (their
+  // JSON bytes, rendered into the prompt by chat templates) and images (kImageTokensBound each).
+  int64_t extra_prompt_tokens = 0;
+
+  // Completion tokens the answer may hold at most: max_tokens for each choice of each prompt.
+  int64_t CompletionTokensBound(int64_t per_choice) const { return per_choice * n * prompts; }
 
   // Upper bound of prompt tokens (see above).
   int64_t PromptTokensUpperBound() const;
 };
+
+// Tokens assumed for one image part: vision encoders use up to a few thousand (a 2048x2048 image
+// in 512-px tiles is 16 tiles x ~170 tokens; Llama-3.2-Vision ~6.4k for 4 tiles).
+inline constexpr int64_t kImageTokensBound = 8192;
 
 // INVALID_ARGUMENT naming the field ("model: required, a string") for what the gateway itself
 // needs; everything else is left to the engine to judge.

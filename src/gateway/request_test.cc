@@ -26,6 +26,31 @@ TEST(RequestInfo, ChatPromptAndEstimateIsAnUpperBound) {
   EXPECT_EQ(r->PromptTokensUpperBound(), 27 + 2 * 8 + 16);  // bytes + per message + per request
 }
 
+// What a chat template renders besides the messages' text counts too, and every prompt of a
+// batched completion gets its own choices: the reservation stays an upper bound.
+TEST(RequestInfo, ToolsImagesAndBatchedPromptsAreInTheBound) {
+  const json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}}});
+  json chat = {{"model", "m"},
+               {"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}}}},
+                             {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({{{"id", "c"}}})}}}},
+               {"tools", tools},
+               {"response_format", {{"type", "json_object"}}}};
+  StatusOr<RequestInfo> r = ParseRequestInfo(chat, Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int64_t extra = kImageTokensBound + static_cast<int64_t>(json::array({{{"id", "c"}}}).dump().size()) +
+                        static_cast<int64_t>(tools.dump().size()) +
+                        static_cast<int64_t>(json{{"type", "json_object"}}.dump().size());
+  EXPECT_EQ(r->extra_prompt_tokens, extra);
+  EXPECT_EQ(r->PromptTokensUpperBound(), static_cast<int64_t>(r->prompt_text.size()) + extra + 2 * 8 + 16);
+  StatusOr<RequestInfo> batch =
+      ParseRequestInfo({{"model", "m"}, {"prompt", {"a", "b", "c"}}, {"n", 2}}, Endpoint::kCompletions);
+  ASSERT_TRUE(batch.ok());
+  EXPECT_EQ(batch->prompts, 3);
+  EXPECT_EQ(batch->CompletionTokensBound(100), 600);
+  EXPECT_EQ(UsageOf(json{{"usage", {{"prompt_tokens", -5}, {"completion_tokens", "7"}}}})->prompt_tokens, 0);
+  EXPECT_EQ(UsageOf(json{{"usage", {{"prompt_tokens", -5}, {"completion_tokens", "7"}}}})->completion_tokens, 0);
+}
+
 TEST(RequestInfo, CompletionTokenIdsCountExactly) {
   StatusOr<RequestInfo> r = ParseRequestInfo({{"model", "m"}, {"prompt", {1, 2, 3}}}, Endpoint::kCompletions);
   ASSERT_TRUE(r.ok());
