@@ -13,13 +13,6 @@ namespace {
 
 constexpr const char* kKind = "GatewayBudget";
 
-std::string RandomId() {
-  std::random_device rd;
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
-  return buf;
-}
-
 // Fields of a stored object, read defensively: a hand-edited or foreign GatewayBudget must not
 // throw (json::value does on a type mismatch) or unbalance the arithmetic.
 int64_t IntField(const store::json& o, const char* key) {
@@ -97,7 +90,7 @@ std::string PeriodName(int64_t s) {
 
 BudgetLedger::BudgetLedger(store::Store* store, std::function<int64_t()> wall_seconds, BudgetLedgerOptions options)
     : store_(store), wall_seconds_(std::move(wall_seconds)), options_(std::move(options)) {
-  if (options_.id.empty()) options_.id = RandomId();
+  if (options_.id.empty()) options_.id = auth::RandomHex(8);
 }
 
 std::string BudgetLedger::ObjectName(const std::string& scope) {
