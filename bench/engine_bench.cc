@@ -3,12 +3,15 @@
 // cores. Results and the exact command are in bench/RESULTS.md (section 6).
 //
 //   engine_bench [--threads 2] [--formats f16,q8] [--prompt 512] [--decode 128] [--streams 32]
-//                [--stream-tokens 64] [--model-dir /var/tmp/aicloud-bench-135m]
+//                [--stream-tokens 64] [--reps 3] [--model-dir /var/tmp/aicloud-bench-135m]
 //
 // For each weight format: prompt processing (one --prompt-token prompt in steps of 512 tokens,
 // as llama-bench's pp512 does), single-stream decode (--decode tokens after a 16-token prompt,
 // one token per step, as tg128), and batched decode (--streams sequences each decoding
-// --stream-tokens tokens, all in one step per token). Tokens/s and peak RSS are printed.
+// --stream-tokens tokens, all in one step per token). Prompt processing and single-stream
+// decode are measured as `llama-bench -r 3` measures them (the baseline below was taken that
+// way): one untimed warm-up run, then --reps timed runs over the same KV blocks, reported as
+// mean ± standard deviation. Tokens/s and peak RSS are printed.
 // The baseline, llama.cpp on the same 2 cores with the same shapes (research note B.4):
 // F16 pp512 509 t/s, tg128 64 t/s; Q8_0 pp512 444 t/s, tg128 116 t/s, 230 t/s aggregate at 32
 // sequences.
@@ -16,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -40,6 +44,7 @@ struct Flags {
   int decode = 128;
   int streams = 32;
   int stream_tokens = 64;
+  int reps = 3;
   std::string model_dir = "/var/tmp/aicloud-bench-135m";
 };
 
@@ -69,6 +74,9 @@ struct Batcher {
     lens.push_back(0);
     return static_cast<int>(tables.size()) - 1;
   }
+  // Starts sequence s again at position 0 on its own blocks (llama-bench clears its KV cache
+  // between repetitions).
+  void Rewind(int s) { lens[s] = 0; }
   void Clear() {
     tokens.clear();
     positions.clear();
@@ -92,6 +100,23 @@ struct Batcher {
   }
 };
 
+// Mean and sample standard deviation of f.reps timed runs after one untimed warm-up.
+struct Spread {
+  double mean = 0, sd = 0;
+};
+
+template <typename Run>
+Spread Repeat(int reps, Run run) {
+  run();  // warm-up: first touch of scratch buffers and KV pages, as llama-bench's warm-up run
+  std::vector<double> v;
+  for (int r = 0; r < reps; ++r) v.push_back(run());
+  Spread s;
+  for (double x : v) s.mean += x / reps;
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = reps > 1 ? std::sqrt(s.sd / (reps - 1)) : 0.0;
+  return s;
+}
+
 void Check(const Status& s) {
   if (!s.ok()) Die(std::string(s.message()));
 }
@@ -110,32 +135,40 @@ void RunFormat(const Flags& f, const Checkpoint& ckpt, kernels::WeightFormat fmt
   std::vector<float> logits(static_cast<size_t>(V) * std::max(1, f.streams));
   Batcher b;
 
-  // Prompt processing.
+  // Prompt processing: a warm-up, then f.reps timed runs.
   const int ps = b.Add();
-  const auto p0 = Clock::now();
-  for (int done = 0; done < f.prompt;) {
-    const int n = std::min(512, f.prompt - done);
-    b.Clear();
-    for (int i = 0; i < n; ++i) b.Feed(ps, (done + i) * 7 % 50000, done + i == f.prompt - 1);
-    Check(model.Forward(pool, b.Batch(), *cache, logits.data()));
-    done += n;
-  }
-  const double pp = f.prompt / std::chrono::duration<double>(Clock::now() - p0).count();
+  auto prompt_run = [&] {
+    b.Rewind(ps);
+    const auto p0 = Clock::now();
+    for (int done = 0; done < f.prompt;) {
+      const int n = std::min(512, f.prompt - done);
+      b.Clear();
+      for (int i = 0; i < n; ++i) b.Feed(ps, (done + i) * 7 % 50000, done + i == f.prompt - 1);
+      Check(model.Forward(pool, b.Batch(), *cache, logits.data()));
+      done += n;
+    }
+    return f.prompt / std::chrono::duration<double>(Clock::now() - p0).count();
+  };
+  const Spread pp = Repeat(f.reps, prompt_run);
 
-  // Single-stream decode.
+  // Single-stream decode: a 16-token prompt (untimed), then f.decode steps of one token.
   const int ds = b.Add();
-  b.Clear();
-  for (int i = 0; i < 16; ++i) b.Feed(ds, 100 + i, i == 15);
-  Check(model.Forward(pool, b.Batch(), *cache, logits.data()));
-  int32_t next = static_cast<int32_t>(kernels::Argmax(logits.data(), V));
-  const auto d0 = Clock::now();
-  for (int i = 0; i < f.decode; ++i) {
+  auto decode_run = [&] {
+    b.Rewind(ds);
     b.Clear();
-    b.Feed(ds, next, true);
+    for (int i = 0; i < 16; ++i) b.Feed(ds, 100 + i, i == 15);
     Check(model.Forward(pool, b.Batch(), *cache, logits.data()));
-    next = static_cast<int32_t>(kernels::Argmax(logits.data(), V));
-  }
-  const double tg = f.decode / std::chrono::duration<double>(Clock::now() - d0).count();
+    int32_t next = static_cast<int32_t>(kernels::Argmax(logits.data(), V));
+    const auto d0 = Clock::now();
+    for (int i = 0; i < f.decode; ++i) {
+      b.Clear();
+      b.Feed(ds, next, true);
+      Check(model.Forward(pool, b.Batch(), *cache, logits.data()));
+      next = static_cast<int32_t>(kernels::Argmax(logits.data(), V));
+    }
+    return f.decode / std::chrono::duration<double>(Clock::now() - d0).count();
+  };
+  const Spread tg = f.decode > 0 ? Repeat(f.reps, decode_run) : Spread{};
 
   // Batched decode: all streams' prompts first (untimed), then one token each per step.
   std::vector<int> ids;
@@ -156,9 +189,9 @@ void RunFormat(const Flags& f, const Checkpoint& ckpt, kernels::WeightFormat fmt
   }
   const double agg = static_cast<double>(f.streams) * f.stream_tokens /
                      std::chrono::duration<double>(Clock::now() - b0).count();
-  std::printf("%-5s load %.2f s  weights %.0f MiB  pp%d %7.1f t/s  tg%d %6.1f t/s  %d streams %7.1f t/s  peak RSS %.0f MiB\n",
-              kernels::WeightFormatName(fmt), load_s, model.weight_bytes() / 1048576.0, f.prompt, pp, f.decode, tg,
-              f.streams, agg, PeakRssMiB());
+  std::printf("%-5s load %.2f s  weights %.0f MiB  pp%d %7.1f ± %4.1f t/s  tg%d %6.1f ± %4.1f t/s  %d streams %7.1f t/s  peak RSS %.0f MiB\n",
+              kernels::WeightFormatName(fmt), load_s, model.weight_bytes() / 1048576.0, f.prompt, pp.mean, pp.sd,
+              f.decode, tg.mean, tg.sd, f.streams, agg, PeakRssMiB());
   std::fflush(stdout);
 }
 
@@ -178,9 +211,11 @@ int main(int argc, char** argv) {
     else if (a == "--decode") f.decode = std::stoi(val());
     else if (a == "--streams") f.streams = std::stoi(val());
     else if (a == "--stream-tokens") f.stream_tokens = std::stoi(val());
+    else if (a == "--reps") f.reps = std::stoi(val());
     else if (a == "--model-dir") f.model_dir = val();
     else Die("unknown flag " + a);
   }
+  if (f.reps < 1) Die("--reps must be at least 1");
   const std::filesystem::path dir = f.model_dir;
   if (!std::filesystem::exists(dir / "config.json")) {
     InitCheckpointOptions o;
