@@ -7,40 +7,17 @@
 #include <thread>
 
 #include "auth/auth.h"
+#include "gateway/stored_fields.h"
 
 namespace aicloud::gateway {
 namespace {
 
-constexpr const char* kKind = "GatewayBudget";
+using stored::IntField;
+using stored::NumField;
+using stored::ObjectField;
+using stored::SignedIntField;
 
-// Fields of a stored object, read defensively: a hand-edited or foreign GatewayBudget must not
-// throw (json::value does on a type mismatch) or unbalance the arithmetic.
-int64_t IntField(const store::json& o, const char* key) {
-  auto it = o.find(key);  // end() for a non-object too
-  if (it == o.end()) return 0;
-  if (it->is_number_integer()) return std::max<int64_t>(0, it->get<int64_t>());
-  if (it->is_number_float()) {
-    const double d = it->get<double>();
-    if (!(d > 0)) return 0;  // negative, zero or NaN
-    return d < 1e18 ? static_cast<int64_t>(d) : int64_t{1} << 60;
-  }
-  return 0;
-}
-int64_t SignedIntField(const store::json& o, const char* key, int64_t missing) {
-  auto it = o.find(key);
-  return it != o.end() && it->is_number_integer() ? it->get<int64_t>() : missing;
-}
-double NumField(const store::json& o, const char* key) {
-  auto it = o.find(key);
-  if (it == o.end() || !it->is_number()) return 0;
-  const double d = it->get<double>();
-  return std::isfinite(d) && d > 0 ? d : 0;
-}
-const store::json& ObjectField(const store::json& o, const char* key) {
-  static const store::json kEmpty = store::json::object();
-  auto it = o.find(key);
-  return it != o.end() && it->is_object() ? *it : kEmpty;
-}
+constexpr const char* kKind = "GatewayBudget";
 
 // A grant's room for more: the chunk a ledger asks for beyond what it has in flight.
 constexpr int64_t kLeaseMarginS = 2;

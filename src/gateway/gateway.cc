@@ -111,13 +111,13 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
       wall_anchor_(std::chrono::system_clock::now()),
       clock_anchor_(clock_->NowMicros()),
       limiter_(clock_),
-      ledger_(deps_.store,
-              [this] {
-                const auto wall = wall_anchor_ + std::chrono::microseconds(clock_->NowMicros() - clock_anchor_);
-                return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(wall.time_since_epoch()).count());
-              }),
+      ledger_(deps_.store, [this] { return WallSeconds(); }),
       replicas_(options_.upstream_timeout, options_.max_idle_connections),
       upstream_({.timeout = options_.upstream_timeout, .max_idle_per_upstream = options_.max_idle_connections}) {
+  if (deps_.store != nullptr) {
+    rates_ = std::make_unique<RateShare>(deps_.store, &limiter_, [this] { return WallSeconds(); },
+                                         RateShareOptions{.id = ledger_.id()});
+  }
   std::random_device rd;
   char buf[32];
   std::snprintf(buf, sizeof(buf), "gw-%08x-", rd());
@@ -156,6 +156,11 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
 
 Gateway::~Gateway() { Stop(); }
 
+int64_t Gateway::WallSeconds() const {
+  const auto wall = wall_anchor_ + std::chrono::microseconds(clock_->NowMicros() - clock_anchor_);
+  return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(wall.time_since_epoch()).count());
+}
+
 void Gateway::Stop() {
   if (stopped_.exchange(true)) return;
   {
@@ -167,6 +172,9 @@ void Gateway::Stop() {
   if (background_.joinable()) background_.join();
   if (Status s = ledger_.Flush(/*release=*/true); !s.ok()) {
     std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+  }
+  if (rates_ != nullptr) {
+    if (Status s = rates_->Release(); !s.ok()) std::fprintf(stderr, "gateway: rate share release failed: %s\n", s.message().c_str());
   }
 }
 
@@ -894,6 +902,13 @@ void Gateway::Background() {
         if (Status s = ledger_.Flush(); !s.ok()) std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "gateway: budget flush failed: %s\n", e.what());
+      }
+      try {
+        if (rates_ != nullptr) {
+          if (Status s = rates_->Sync(); !s.ok()) std::fprintf(stderr, "gateway: rate share failed: %s\n", s.message().c_str());
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gateway: rate share failed: %s\n", e.what());
       }
     }
   }

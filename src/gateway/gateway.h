@@ -30,7 +30,8 @@
 // request uses the server's stream thread plus one pump thread that reads the upstream; give the
 // server enough workers for them (GatewayServer: ServerOptions.worker_threads). Called through the
 // blocking Router::Dispatch (the API server's front door), every request runs on the caller's
-// thread. Background: one thread scrapes replica metrics and flushes the budget ledger.
+// thread. Background: one thread scrapes replica metrics, flushes the budget ledger and
+// exchanges rate-limit totals with the other gateways (RateShare).
 #pragma once
 
 #include <atomic>
@@ -49,6 +50,7 @@
 #include "fleet/router.h"
 #include "gateway/access.h"
 #include "gateway/budget.h"
+#include "gateway/rate_share.h"
 #include "gateway/directory.h"
 #include "gateway/limits.h"
 #include "gateway/replicas.h"
@@ -76,7 +78,7 @@ struct GatewayOptions {
                                             // callers with a budget, so the reservation holds
   size_t prefix_block_bytes = 256;          // see request.h
   size_t stream_buffer_bytes = 64 << 10;    // unread upstream bytes per stream before back-pressure
-  std::chrono::milliseconds flush_period{1000};  // budget ledger -> store
+  std::chrono::milliseconds flush_period{1000};  // budget ledger and rate totals <-> store
   size_t max_idle_connections = 256;        // keep-alive connections kept per replica (and I/O loop)
   // Run unary requests on the I/O thread with an async upstream call when served by an async
   // Server (see Threads above). The authenticator, directory and usage sink must then not block
@@ -156,6 +158,7 @@ class Gateway {
   http::Response Streaming(Call& call, const Route& route);
   void Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks);
   void Background();
+  int64_t WallSeconds() const;  // Unix seconds, from the injected clock
 
   GatewayDeps deps_;
   const GatewayOptions options_;
@@ -165,6 +168,7 @@ class Gateway {
   const int64_t clock_anchor_;
   RateLimiter limiter_;
   BudgetLedger ledger_;
+  std::unique_ptr<RateShare> rates_;  // with a store: rpm/tpm shared with the other gateways
   ReplicaTable replicas_;
   http::AsyncClient upstream_;  // the fast path's; its connections live in the server's loops
   std::string id_prefix_;

@@ -504,6 +504,49 @@ TEST(Gateway, TwoGatewaysShareOneBudgetThroughTheStore) {
   EXPECT_GT(55 * ok.load(), kBudget - 2 * 83 - kBudget / 8);  // little of the budget left unused
 }
 
+// A key's rpm holds across gateways: what one gateway admitted counts on the other once they have
+// exchanged totals (every flush period).
+TEST(Gateway, TwoGatewaysShareOneRpmLimitThroughTheStore) {
+  FakeEngine e;
+  store::MemoryStore store;
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  o.flush_period = milliseconds(50);
+  Harness h1(o, &store), h2(o, &store);
+  for (Harness* h : {&h1, &h2}) {
+    ASSERT_TRUE(h->dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+    h->AddKey("k", {.key_id = "k", .tenant = "t", .key_limits = {.rpm = 10}});
+  }
+  // Until both gateways have published (and so looked at the others), then until the first has
+  // published its 10 requests; then a few more periods for the second to read them.
+  auto wait_for = [&](const std::function<bool(const std::vector<store::json>&)>& done) {
+    for (int i = 0; i < 500; ++i) {
+      StatusOr<store::ListResult> l = store.List({.kind = "GatewayRate"});
+      if (l.ok() && done(l->items)) return true;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for([](const auto& items) { return items.size() == 2; }));
+  std::this_thread::sleep_for(milliseconds(150));
+  http::Client c1(h1.base), c2(h2.base);
+  int ok1 = 0;
+  for (int i = 0; i < 10; ++i) ok1 += h1.Post("k", Harness::Chat("m"), &c1)->status == 200 ? 1 : 0;
+  EXPECT_EQ(ok1, 10);
+  ASSERT_TRUE(wait_for([](const auto& items) {
+    for (const store::json& obj : items) {
+      if (obj["status"]["scopes"].value("key k", store::json::object()).value("requests", 0.0) == 10) return true;
+    }
+    return false;
+  }));
+  std::this_thread::sleep_for(milliseconds(200));
+  auto r = h2.Post("k", Harness::Chat("m"), &c2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 429) << "the second gateway let the key past its rpm: " << r->body;
+  EXPECT_NE(r->body.find("key k allows 10 requests per minute"), std::string::npos) << r->body;
+  EXPECT_EQ(e.requests.load(), 10);
+}
+
 TEST(Gateway, BudgetedCallerWithoutMaxTokensGetsTheDefaultSentUpstream) {
   FakeEngine e;
   GatewayOptions o;

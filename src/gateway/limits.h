@@ -11,6 +11,10 @@
 // estimate + max_tokens), and Adjust() returns the difference once the real usage is known (or
 // takes more, letting the bucket go negative, which delays later requests).
 //
+// Several gateways: each counts what it took per scope (Totals) and takes what the others took
+// (Debit), exchanged through the store by RateShare (rate_share.h); every bucket then sees the
+// whole fleet's consumption, so together the gateways admit the limit, not N times it.
+//
 //   RateLimiter rl(&clock);
 //   RateVerdict v = rl.Admit({{"key k1", &caller.key_limits}, {"tenant nlp", &caller.tenant_limits}}, 900);
 //   if (!v.ok) return 429 with Retry-After v.retry_after_s and v.message;
@@ -34,6 +38,13 @@ struct LimitScope {
   const Limits* limits = nullptr;  // not owned; only used during the call
 };
 
+// Net amounts a scope took on one gateway since it started: requests admitted and tokens taken,
+// less what Release and Adjust gave back.
+struct RateTotals {
+  double requests = 0;
+  double tokens = 0;
+};
+
 struct RateVerdict {
   bool ok = true;
   std::string message;    // which limit, e.g. "rate limit: key k1 allows 60 requests per minute"
@@ -52,18 +63,45 @@ class RateLimiter {
   // `tokens` go back to the buckets (so the request, admitted again there, counts once).
   void Release(std::span<const LimitScope> scopes, int64_t tokens);
 
+  // This limiter's own totals, for the scopes it took from or gave back to within the last
+  // `window_us` (what it publishes to the other gateways).
+  std::unordered_map<std::string, RateTotals> Totals(int64_t window_us) const;
+  // What other gateways took from `scope` (negative: gave back): taken from its buckets now, or,
+  // for a scope this limiter has not seen yet, when its first request creates them.
+  void Debit(const std::string& scope, double requests, double tokens);
+
  private:
   struct Bucket {
     double level = 0;
     int64_t at_us = 0;
     bool init = false;
+    int64_t limit = 0;   // at the last refill
+    double taken = 0;    // net, by this limiter
+    int64_t touched_us = -1;  // never
   };
-  static void Refill(Bucket& b, int64_t limit, int64_t now_us);
+  // Others' consumption of a scope whose bucket does not exist yet, as of at_us.
+  struct Pending {
+    double amount = 0;
+    int64_t at_us = 0;
+  };
+  void Refill(Bucket& b, std::unordered_map<std::string, Pending>& pending, const std::string& name,
+              int64_t limit, int64_t now_us);
+  static void DebitBucket(std::unordered_map<std::string, Bucket>& buckets,
+                          std::unordered_map<std::string, Pending>& pending, const std::string& name,
+                          double amount, int64_t now_us);
+  static constexpr int64_t kPendingKeepUs = 10 * 60 * 1000000LL;
+  // Others' debits take a bucket at most this many minutes of allowance below empty (ten
+  // gateways each taking a full bucket within one exchange), so a bogus total cannot shut a
+  // scope out for longer than that.
+  static constexpr double kMaxDebt = 10;
 
   Clock* const clock_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<std::string, Bucket> rpm_;  // GUARDED_BY(mu_)
   std::unordered_map<std::string, Bucket> tpm_;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, Pending> rpm_pending_;  // GUARDED_BY(mu_)
+  std::unordered_map<std::string, Pending> tpm_pending_;  // GUARDED_BY(mu_)
+  uint64_t debits_ = 0;                                    // GUARDED_BY(mu_)
 };
 
 }  // namespace aicloud::gateway

@@ -1,10 +1,13 @@
 #include "gateway/budget.h"
 #include "gateway/limits.h"
+#include "gateway/rate_share.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <functional>
+#include <span>
+#include <string>
 #include <utility>
 #include <thread>
 
@@ -378,6 +381,168 @@ TEST(BudgetLedger, AClockBehindDoesNotResetANewerPeriod) {
   BudgetLedger reader(&store, [&] { return ahead; });
   ASSERT_TRUE(reader.Load().ok());
   EXPECT_EQ(reader.Usage("key k").spent_tokens, 100);
+}
+
+// Two gateways, each with its own limiter, exchanging totals through one store.
+struct SharedPair {
+  store::MemoryStore store;
+  FakeClock clock;  // the buckets' clock
+  int64_t wall = 1'700'000'000;
+  RateLimiter a{&clock}, b{&clock};
+  RateShare sa{&store, &a, [this] { return wall; }, {.id = "a"}};
+  RateShare sb{&store, &b, [this] { return wall; }, {.id = "b"}};
+  void SyncBoth() {
+    ASSERT_TRUE(sa.Sync().ok());
+    ASSERT_TRUE(sb.Sync().ok());
+  }
+};
+
+int AdmitMany(RateLimiter& rl, std::span<const LimitScope> s, int tries, int64_t tokens = 0) {
+  int n = 0;
+  for (int i = 0; i < tries; ++i) n += rl.Admit(s, tokens).ok ? 1 : 0;
+  return n;
+}
+
+// Five minutes of two gateways taking all they are allowed, exchanging every second: together
+// they admit what one gateway would (60 + 1 per second), not twice that.
+TEST(RateShare, TwoGatewaysTogetherAdmitOneRpmLimit) {
+  for (bool shared : {true, false}) {
+    SharedPair p;
+    Limits l{.rpm = 60};
+    std::vector<LimitScope> s = {{"key k1", &l}};
+    if (shared) p.SyncBoth();
+    int total = 0;
+    for (int tick = 0; tick < 3000; ++tick) {  // 100 ms ticks
+      total += AdmitMany(p.a, s, 5) + AdmitMany(p.b, s, 5);
+      p.clock.Advance(100'000);
+      if (tick % 10 == 9) {
+        ++p.wall;
+        if (shared) p.SyncBoth();
+      }
+    }
+    if (shared) {
+      EXPECT_LE(total, 60 + 300 + 4);  // one gateway's allowance; a second's lag at most
+      EXPECT_GE(total, 60 + 300 - 4);  // and nobody starves
+      EXPECT_EQ(p.sa.Peers(), 1);
+    } else {
+      EXPECT_GE(total, 2 * (60 + 300) - 4);  // what sharing prevents
+    }
+  }
+}
+
+TEST(RateShare, TokensGivenBackAreGivenBackEverywhere) {
+  SharedPair p;  // the buckets' clock stands still: no refill, exact levels
+  Limits l{.tpm = 6000};
+  std::vector<LimitScope> s = {{"tenant t", &l}};
+  p.SyncBoth();
+  ASSERT_TRUE(p.a.Admit(s, 1000).ok);
+  p.a.Adjust(s, 700);  // the request used 300 of the 1000 it reserved
+  ++p.wall;
+  p.SyncBoth();
+  EXPECT_FALSE(p.b.Admit(s, 5701).ok);
+  EXPECT_TRUE(p.b.Admit(s, 5700).ok);
+  ++p.wall;
+  ASSERT_TRUE(p.sb.Sync().ok());  // b publishes, then a looks: a sees b's 5700 on top of its 300
+  ASSERT_TRUE(p.sa.Sync().ok());
+  RateVerdict v = p.a.Admit(s, 1);
+  EXPECT_FALSE(v.ok);
+  EXPECT_NE(v.message.find("tenant t allows 6000 tokens per minute"), std::string::npos) << v.message;
+  p.b.Release(s, 5700);  // b's request was handed elsewhere: it gives everything back
+  ++p.wall;
+  ASSERT_TRUE(p.sb.Sync().ok());
+  ASSERT_TRUE(p.sa.Sync().ok());
+  EXPECT_TRUE(p.a.Admit(s, 5700).ok);
+}
+
+// A gateway that starts takes the others' totals as they are (not their history); what they take
+// afterwards, and scopes they begin afterwards, count in full. A scope idle for the whole window
+// comes back counted from zero.
+TEST(RateShare, NewcomersBaselineAndScopesThatComeBackStartOver) {
+  SharedPair p;
+  Limits l{.rpm = 60};
+  std::vector<LimitScope> k1 = {{"key k1", &l}}, k2 = {{"key k2", &l}};
+  ASSERT_TRUE(p.sa.Sync().ok());
+  EXPECT_EQ(AdmitMany(p.a, k1, 50), 50);
+  ++p.wall;
+  ASSERT_TRUE(p.sa.Sync().ok());
+  ASSERT_TRUE(p.sb.Sync().ok());  // b's first look: a's 50 are history
+  EXPECT_EQ(AdmitMany(p.a, k1, 5), 5);
+  EXPECT_EQ(AdmitMany(p.a, k2, 7), 7);  // a scope a begins after b's first look
+  ++p.wall;
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.b, k1, 60), 55);
+  EXPECT_EQ(AdmitMany(p.b, k2, 60), 53);
+
+  // k2 idle for longer than the window leaves a's object; used again, it counts from zero.
+  p.clock.Advance(601 * kMicrosPerSecond);  // refills every bucket, and ages a's k2 out
+  p.wall += 601;
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.a, k2, 3), 3);
+  ++p.wall;
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.b, k2, 60), 57);  // 3 taken, not 10
+}
+
+TEST(RateShare, StoppedAndDeadGatewaysAreForgotten) {
+  SharedPair p;
+  RateLimiter c_limiter(&p.clock);
+  RateShare sc(&p.store, &c_limiter, [&] { return p.wall; }, {.id = "c", .lease_s = 10});
+  p.SyncBoth();
+  ASSERT_TRUE(sc.Sync().ok());
+  EXPECT_EQ(sc.Peers(), 2);
+  ASSERT_TRUE(p.sb.Release().ok());  // b stops
+  EXPECT_FALSE(p.store.Get({"GatewayRate", "", "rates-b"}).ok());
+  ASSERT_TRUE(sc.Sync().ok());
+  EXPECT_EQ(sc.Peers(), 1);
+  p.wall += 11;  // a stops renewing: its lease runs out
+  ASSERT_TRUE(sc.Sync().ok());
+  EXPECT_EQ(sc.Peers(), 0);
+}
+
+// A GatewayRate edited by hand or written by a foreign tool must not throw, drain buckets
+// forever or count a lease no gateway would write.
+TEST(RateShare, MalformedStoredObjectsAreReadSafely) {
+  SharedPair p;
+  Limits l{.rpm = 60, .tpm = 1000};
+  std::vector<LimitScope> s = {{"key k1", &l}};
+  p.SyncBoth();
+  const int64_t now = p.wall;
+  for (const char* bad : {
+           R"({"expires": "soon", "scopes": {"key k1": {"requests": 5, "since": 0}}})",
+           R"({"expires": NOW_PLUS_5, "scopes": ["key k1"]})",
+           R"({"expires": NOW_PLUS_5, "scopes": {"key k1": {"requests": "many", "tokens": -7, "since": "x"}}})",
+           R"({"expires": NOW_PLUS_5, "scopes": {"key k1": 12}})",
+           R"({"expires": 99999999999, "scopes": {"key k1": {"requests": 1e300, "tokens": 1e300, "since": NOW}}})",
+       }) {
+    ++p.wall;
+    std::string text = bad;
+    for (auto [from, to] : {std::pair<std::string, int64_t>{"NOW_PLUS_5", now + 5}, {"NOW", now}}) {
+      for (size_t at; (at = text.find(from)) != std::string::npos;) text.replace(at, from.size(), std::to_string(to));
+    }
+    store::json o = {{"apiVersion", "aicloud/v1"},
+                     {"kind", "GatewayRate"},
+                     {"metadata", {{"name", "rates-foreign"}}},
+                     {"status", store::json::parse(text)}};
+    StatusOr<store::json> w = p.store.Update(o, 0);
+    if (!w.ok()) w = p.store.Create(o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    Status st = p.sa.Sync();
+    EXPECT_TRUE(st.ok()) << text << ": " << st;
+    EXPECT_TRUE(p.a.Admit(s, 1).ok) << text;  // nothing foreign drained the buckets
+  }
+  // A live-looking object claiming absurd totals drains the buckets, but only by ten minutes'
+  // allowance: the scope is back after that.
+  store::json o = {{"apiVersion", "aicloud/v1"},
+                   {"kind", "GatewayRate"},
+                   {"metadata", {{"name", "rates-foreign"}}},
+                   {"status", {{"expires", p.wall + 6},
+                               {"scopes", {{"key k1", {{"requests", 1e300}, {"tokens", 1e300}, {"since", p.wall + 1}}}}}}}};
+  ASSERT_TRUE(p.store.Update(o, 0).ok());
+  ++p.wall;
+  ASSERT_TRUE(p.sa.Sync().ok());
+  EXPECT_FALSE(p.a.Admit(s, 1).ok);
+  p.clock.Advance(601 * kMicrosPerSecond);
+  EXPECT_TRUE(p.a.Admit(s, 1).ok);
 }
 
 TEST(Period, ParseAndName) {
