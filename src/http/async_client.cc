@@ -192,6 +192,146 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
   }
 }
 
+// The exchange over a pooled connection, without a coroutine or Beast's composed operations:
+// the request is written with a synchronous non-blocking write (a small request fits the socket
+// buffer, so there is no completion to wait for), and the response is read with plain
+// async_read_some and fed to Beast's parser. One timer bounds the exchange. A pooled connection
+// the upstream closed before answering falls back to Run on a new connection, as Run itself
+// does. Everything after Start runs on the connection's executor.
+class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
+ public:
+  explicit PooledExchange(std::shared_ptr<Exchange> x)
+      : x_(std::move(x)),
+        conn_(std::move(x_->conn)),
+        timer_(conn_->stream.get_executor()),
+        serializer_(x_->request) {
+    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+  }
+
+  void Start() {
+    tcp::socket& socket = conn_->stream.socket();
+    error_code ec;
+    socket.non_blocking(true, ec);  // synchronous writes answer would_block instead of waiting
+    timer_.expires_after(x_->timeout);
+    timer_.async_wait([self = shared_from_this()](error_code e) {
+      if (e || self->ended_) return;  // cancelled, or expired as the exchange ended
+      self->timed_out_ = true;
+      error_code ignored;
+      self->conn_->stream.socket().cancel(ignored);
+    });
+    if (!ec) bhttp::write(socket, serializer_, ec);
+    if (ec == asio::error::would_block) {
+      bhttp::async_write(socket, serializer_, [self = shared_from_this()](error_code e, size_t) {
+        if (e) return self->Fail(e);
+        self->ReadMore();
+      });
+      return;
+    }
+    if (ec) return Fail(ec);
+    ReadMore();
+  }
+
+ private:
+  void ReadMore() {
+    conn_->stream.socket().async_read_some(conn_->buffer.prepare(kReadChunk),
+                                           [self = shared_from_this()](error_code e, size_t n) { self->OnRead(e, n); });
+  }
+
+  void OnRead(error_code ec, size_t n) {
+    beast::flat_buffer& buf = conn_->buffer;
+    buf.commit(n);
+    if (ec == asio::error::eof) {
+      // Parse what came, then let the parser decide whether the close ended the message.
+      // (put_eof requires that some bytes came: on a fresh parser it would report a message.)
+      error_code e2;
+      if (Parse(e2) && parser_.got_some() && !parser_.is_done()) parser_.put_eof(e2);
+      if (!e2 && parser_.is_done()) return Finish(/*keep=*/false);
+      return Fail(e2 ? e2 : ec);
+    }
+    if (ec) return Fail(ec);
+    if (!Parse(ec)) return Fail(ec);
+    if (parser_.is_done()) return Finish(parser_.get().keep_alive());
+    ReadMore();
+  }
+
+  // Feeds the buffered bytes to the parser; false with `ec` on a malformed response.
+  bool Parse(error_code& ec) {
+    beast::flat_buffer& buf = conn_->buffer;
+    while (buf.size() > 0 && !parser_.is_done()) {
+      const size_t used = parser_.put(buf.data(), ec);
+      buf.consume(used);
+      if (ec == bhttp::error::need_more) {
+        ec = {};
+        return true;
+      }
+      if (ec) return false;
+      if (used == 0) return true;
+    }
+    return true;
+  }
+
+  void Finish(bool keep) {
+    ended_ = true;
+    timer_.cancel();
+    AsyncResult result;
+    result.reused = true;
+    result.response.status = static_cast<int>(parser_.get().result_int());
+    result.response.headers = HeadersOf(parser_.get());
+    result.response.body = std::move(parser_.get().body());
+    if (keep && conn_->buffer.size() == 0) {
+      x_->pool->Put(x_->upstream, std::move(conn_), x_->max_idle);
+    } else {
+      error_code ignored;
+      conn_->stream.socket().close(ignored);
+    }
+    Deliver(std::move(result));
+  }
+
+  void Fail(error_code ec) {
+    ended_ = true;
+    timer_.cancel();
+    error_code ignored;
+    conn_->stream.socket().close(ignored);
+    if (!timed_out_ && !parser_.got_some()) {
+      // A kept-alive connection the upstream closed meanwhile: once more on a new one.
+      x_->conn.reset();
+      asio::co_spawn(timer_.get_executor(), Run(std::move(x_)), asio::detached);
+      return;
+    }
+    AsyncResult result;
+    result.reused = true;
+    if (parser_.is_header_done()) {
+      result.response.status = static_cast<int>(parser_.get().result_int());
+      result.response.headers = HeadersOf(parser_.get());
+      result.response.body = std::move(parser_.get().body());
+    }
+    result.status = timed_out_ ? DeadlineExceeded(What(*x_) + ": timed out after " +
+                                                  std::to_string(x_->timeout.count()) + " ms")
+                               : UnavailableError(What(*x_) + ": " + ec.message());
+    Deliver(std::move(result));
+  }
+
+  void Deliver(AsyncResult result) {
+    AsyncClient::Callback done = std::move(x_->done);
+    x_.reset();
+    try {
+      done(std::move(result));
+    } catch (...) {
+      // A callback must not throw (see the header); an exception here would end the I/O thread.
+    }
+  }
+
+  static constexpr size_t kReadChunk = 16 * 1024;
+
+  std::shared_ptr<Exchange> x_;
+  std::unique_ptr<Conn> conn_;
+  asio::steady_timer timer_;
+  bhttp::request_serializer<bhttp::string_body> serializer_;
+  bhttp::response_parser<bhttp::string_body> parser_;
+  bool timed_out_ = false;
+  bool ended_ = false;  // Finish or Fail ran: the connection may be back in the pool
+};
+
 }  // namespace
 
 void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
@@ -224,8 +364,13 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
   req.body() = std::move(body);
   if (!req.body().empty() || method == "POST" || method == "PUT" || method == "PATCH") req.prepare_payload();
   x->conn = x->pool->Take(upstream);
-  asio::any_io_executor ex = x->conn ? x->conn->stream.get_executor() : loop.ConnectionExecutor();
-  asio::co_spawn(ex, Run(std::move(x)), asio::detached);
+  if (x->conn) {
+    asio::any_io_executor ex = x->conn->stream.get_executor();
+    auto exchange = std::make_shared<PooledExchange>(std::move(x));
+    asio::dispatch(ex, [exchange] { exchange->Start(); });
+    return;
+  }
+  asio::co_spawn(loop.ConnectionExecutor(), Run(std::move(x)), asio::detached);
 }
 
 size_t AsyncClient::IdleConnections(EventLoop& loop, std::string_view upstream) {
