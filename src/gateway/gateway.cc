@@ -100,6 +100,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Create(GatewayDeps deps, GatewayOpti
   std::unique_ptr<Gateway> g(new Gateway(std::move(deps), std::move(options)));
   AICLOUD_RETURN_IF_ERROR(g->ledger_.Load());
   g->background_ = std::thread([gw = g.get()] { gw->Background(); });
+  g->syncer_ = std::thread([gw = g.get()] { gw->Syncer(); });
   return g;
 }
 
@@ -116,7 +117,7 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
       upstream_({.timeout = options_.upstream_timeout, .max_idle_per_upstream = options_.max_idle_connections}) {
   if (deps_.store != nullptr) {
     rates_ = std::make_unique<RateShare>(deps_.store, &limiter_, [this] { return WallSeconds(); },
-                                         RateShareOptions{.id = ledger_.id()});
+                                         RateShareOptions{.id = ledger_.id(), .lease_s = RateLeaseSeconds(options_)});
   }
   std::random_device rd;
   char buf[32];
@@ -156,6 +157,12 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
 
 Gateway::~Gateway() { Stop(); }
 
+int64_t Gateway::RateLeaseSeconds(const GatewayOptions& o) {
+  // Several exchange periods, so one slow exchange does not make the others forget this gateway.
+  const int64_t period_s = (o.flush_period.count() + 999) / 1000;
+  return std::max<int64_t>(10, 3 * period_s);
+}
+
 int64_t Gateway::WallSeconds() const {
   const auto wall = wall_anchor_ + std::chrono::microseconds(clock_->NowMicros() - clock_anchor_);
   return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(wall.time_since_epoch()).count());
@@ -170,6 +177,7 @@ void Gateway::Stop() {
     bg_cv_.wait(lock, [&] { return pumps_ == 0; });
   }
   if (background_.joinable()) background_.join();
+  if (syncer_.joinable()) syncer_.join();
   if (Status s = ledger_.Flush(/*release=*/true); !s.ok()) {
     std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
   }
@@ -864,52 +872,52 @@ http::Response Gateway::Streaming(Call& call, const Route& route) {
 
 void Gateway::Background() {
   using std::chrono::milliseconds;
+  if (options_.scrape_period.count() <= 0) return;
   std::map<std::string, std::unique_ptr<http::Client>> scrapers;
-  auto next_scrape = SteadyClock::now();
-  auto next_flush = SteadyClock::now() + options_.flush_period;
+  for (;;) {
+    const auto next_scrape = SteadyClock::now() + options_.scrape_period;
+    std::vector<std::string> urls;
+    for (const std::shared_ptr<const Route>& r : deps_.directory->List()) {
+      for (const ReplicaInfo& rep : r->replicas) urls.push_back(rep.url);
+    }
+    for (const std::string& url : urls) {
+      std::unique_ptr<http::Client>& c = scrapers[url];
+      if (!c) {
+        c = std::make_unique<http::Client>(
+            "http://" + url, http::ClientOptions{.timeout = std::min(milliseconds(1000), options_.scrape_period * 2)});
+      }
+      StatusOr<http::ClientResponse> m = c->Send("GET", "/metrics");
+      std::shared_ptr<ReplicaState> s = replicas_.Get(url);
+      if (m.ok() && m->status == 200) s->SetMetrics(ParseEngineMetrics(m->body));
+      else s->SetMetrics({});
+    }
+    std::erase_if(scrapers, [&](const auto& kv) { return std::find(urls.begin(), urls.end(), kv.first) == urls.end(); });
+    replicas_.Retain(urls);
+    std::unique_lock<std::mutex> lock(bg_mu_);
+    bg_cv_.wait_until(lock, next_scrape, [&] { return stopping_; });
+    if (stopping_) return;
+  }
+}
+
+// The store exchanges, on their own thread so that slow scrapes cannot hold the leases back.
+void Gateway::Syncer() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(bg_mu_);
-      auto wake = next_flush;
-      if (options_.scrape_period.count() > 0) wake = std::min(wake, next_scrape);
-      bg_cv_.wait_until(lock, wake, [&] { return stopping_; });
+      bg_cv_.wait_for(lock, options_.flush_period, [&] { return stopping_; });
       if (stopping_) return;
     }
-    const auto now = SteadyClock::now();
-    if (options_.scrape_period.count() > 0 && now >= next_scrape) {
-      next_scrape = now + options_.scrape_period;
-      std::vector<std::string> urls;
-      for (const std::shared_ptr<const Route>& r : deps_.directory->List()) {
-        for (const ReplicaInfo& rep : r->replicas) urls.push_back(rep.url);
-      }
-      for (const std::string& url : urls) {
-        std::unique_ptr<http::Client>& c = scrapers[url];
-        if (!c) {
-          c = std::make_unique<http::Client>(
-              "http://" + url, http::ClientOptions{.timeout = std::min(milliseconds(1000), options_.scrape_period * 2)});
-        }
-        StatusOr<http::ClientResponse> m = c->Send("GET", "/metrics");
-        std::shared_ptr<ReplicaState> s = replicas_.Get(url);
-        if (m.ok() && m->status == 200) s->SetMetrics(ParseEngineMetrics(m->body));
-        else s->SetMetrics({});
-      }
-      std::erase_if(scrapers, [&](const auto& kv) { return std::find(urls.begin(), urls.end(), kv.first) == urls.end(); });
-      replicas_.Retain(urls);
+    try {  // this thread must outlive anything a stored object holds
+      if (Status s = ledger_.Flush(); !s.ok()) std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gateway: budget flush failed: %s\n", e.what());
     }
-    if (now >= next_flush) {
-      next_flush = now + options_.flush_period;
-      try {  // this thread must outlive anything a stored object holds
-        if (Status s = ledger_.Flush(); !s.ok()) std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "gateway: budget flush failed: %s\n", e.what());
+    try {
+      if (rates_ != nullptr) {
+        if (Status s = rates_->Sync(); !s.ok()) std::fprintf(stderr, "gateway: rate share failed: %s\n", s.message().c_str());
       }
-      try {
-        if (rates_ != nullptr) {
-          if (Status s = rates_->Sync(); !s.ok()) std::fprintf(stderr, "gateway: rate share failed: %s\n", s.message().c_str());
-        }
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "gateway: rate share failed: %s\n", e.what());
-      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gateway: rate share failed: %s\n", e.what());
     }
   }
 }

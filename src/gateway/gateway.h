@@ -30,8 +30,9 @@
 // request uses the server's stream thread plus one pump thread that reads the upstream; give the
 // server enough workers for them (GatewayServer: ServerOptions.worker_threads). Called through the
 // blocking Router::Dispatch (the API server's front door), every request runs on the caller's
-// thread. Background: one thread scrapes replica metrics, flushes the budget ledger and
-// exchanges rate-limit totals with the other gateways (RateShare).
+// thread. Background: one thread scrapes replica metrics; another flushes the budget ledger and
+// exchanges rate-limit totals with the other gateways (RateShare), so slow scrapes cannot delay
+// the store's leases.
 #pragma once
 
 #include <atomic>
@@ -157,8 +158,10 @@ class Gateway {
   void Eject(ReplicaState& replica);
   http::Response Streaming(Call& call, const Route& route);
   void Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks);
-  void Background();
+  void Background();  // scrapes the replicas' metrics
+  void Syncer();      // budget flushes and rate exchanges with the store
   int64_t WallSeconds() const;  // Unix seconds, from the injected clock
+  static int64_t RateLeaseSeconds(const GatewayOptions& o);
 
   GatewayDeps deps_;
   const GatewayOptions options_;
@@ -192,6 +195,7 @@ class Gateway {
   bool stopping_ = false;  // GUARDED_BY(bg_mu_)
   int pumps_ = 0;          // GUARDED_BY(bg_mu_): streaming pump threads running
   std::thread background_;
+  std::thread syncer_;
   std::atomic<bool> stopped_{false};
 };
 

@@ -539,7 +539,18 @@ TEST(Gateway, TwoGatewaysShareOneRpmLimitThroughTheStore) {
     }
     return false;
   }));
-  std::this_thread::sleep_for(milliseconds(200));
+  // The second gateway's exchanges after that point read those totals: wait for two of them.
+  auto versions = [&] {
+    std::map<int64_t, int64_t> rv;  // rv by published requests (0 = the second gateway's)
+    StatusOr<store::ListResult> l = store.List({.kind = "GatewayRate"});
+    for (const store::json& obj : l.ok() ? l->items : std::vector<store::json>()) {
+      const double n = obj["status"]["scopes"].value("key k", store::json::object()).value("requests", 0.0);
+      rv[static_cast<int64_t>(n)] = store::ResourceVersionOf(obj);
+    }
+    return rv;
+  };
+  const int64_t before = versions()[0];
+  ASSERT_TRUE(wait_for([&](const auto&) { return versions()[0] >= before + 2; }));
   auto r = h2.Post("k", Harness::Chat("m"), &c2);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status, 429) << "the second gateway let the key past its rpm: " << r->body;

@@ -5,43 +5,30 @@
 
 namespace aicloud::gateway {
 
-void RateLimiter::Refill(Bucket& b, std::unordered_map<std::string, Pending>& pending, const std::string& name,
-                         int64_t limit, int64_t now_us) {
+void RateLimiter::Refill(Bucket& b, int64_t limit, int64_t now_us) {
   const double cap = static_cast<double>(limit);
-  const double per_us = cap / 60e6;
   if (!b.init) {
-    // A new bucket starts full, less what other gateways took meanwhile (refilled since).
     b.level = cap;
-    b.at_us = now_us;
     b.init = true;
-    if (auto it = pending.find(name); it != pending.end()) {
-      const double since = static_cast<double>(std::max<int64_t>(0, now_us - it->second.at_us));
-      b.level = std::clamp(cap - it->second.amount + per_us * since, -kMaxDebt * cap, cap);
-      pending.erase(it);
-    }
   } else {
-    b.level = std::min(cap, b.level + per_us * static_cast<double>(std::max<int64_t>(0, now_us - b.at_us)));
-    b.at_us = now_us;
+    b.level = std::min(cap, b.level + cap / 60e6 * static_cast<double>(std::max<int64_t>(0, now_us - b.at_us)));
   }
+  b.at_us = now_us;
   b.limit = limit;
 }
 
-void RateLimiter::DebitBucket(std::unordered_map<std::string, Bucket>& buckets,
-                              std::unordered_map<std::string, Pending>& pending, const std::string& name,
-                              double amount, int64_t now_us) {
+void RateLimiter::DebitBucket(std::unordered_map<std::string, Bucket>& buckets, const std::string& name,
+                              double amount, int64_t limit, int64_t now_us) {
   auto it = buckets.find(name);
   if (it == buckets.end() || !it->second.init) {
-    // Kept until this gateway's first request of the scope; refilled from the latest debit on
-    // (the earlier ones refilled longer: this errs on the side of less room).
-    Pending& p = pending[name];
-    p.amount += amount;
-    p.at_us = now_us;
-    return;
+    if (limit <= 0) return;  // nothing to take from: the scope has no such limit
+    it = buckets.try_emplace(name).first;
+    Refill(it->second, limit, now_us);  // full, at the other gateway's limit until one applies here
+  } else {
+    Refill(it->second, it->second.limit, now_us);
   }
   Bucket& b = it->second;
   const double cap = static_cast<double>(b.limit);
-  b.level = std::min(cap, b.level + cap / 60e6 * static_cast<double>(std::max<int64_t>(0, now_us - b.at_us)));
-  b.at_us = now_us;
   b.level = std::clamp(b.level - amount, -kMaxDebt * cap, cap);
 }
 
@@ -53,7 +40,7 @@ RateVerdict RateLimiter::Admit(std::span<const LimitScope> scopes, int64_t token
     const Limits& l = *s.limits;
     if (l.rpm > 0) {
       Bucket& b = rpm_[s.name];
-      Refill(b, rpm_pending_, s.name, l.rpm, now);
+      Refill(b, l.rpm, now);
       if (b.level < 1) {
         const double wait_s = (1 - b.level) * 60.0 / static_cast<double>(l.rpm);
         return {false, "rate limit: " + s.name + " allows " + std::to_string(l.rpm) + " requests per minute",
@@ -67,7 +54,7 @@ RateVerdict RateLimiter::Admit(std::span<const LimitScope> scopes, int64_t token
                 60};
       }
       Bucket& b = tpm_[s.name];
-      Refill(b, tpm_pending_, s.name, l.tpm, now);
+      Refill(b, l.tpm, now);
       if (b.level < static_cast<double>(tokens)) {
         const double wait_s = (static_cast<double>(tokens) - b.level) * 60.0 / static_cast<double>(l.tpm);
         return {false, "rate limit: " + s.name + " allows " + std::to_string(l.tpm) + " tokens per minute",
@@ -99,7 +86,7 @@ void RateLimiter::Adjust(std::span<const LimitScope> scopes, int64_t delta) {
   for (const LimitScope& s : scopes) {
     if (s.limits->tpm <= 0) continue;
     Bucket& b = tpm_[s.name];
-    Refill(b, tpm_pending_, s.name, s.limits->tpm, now);
+    Refill(b, s.limits->tpm, now);
     b.level = std::min(static_cast<double>(s.limits->tpm), b.level + static_cast<double>(delta));
     b.taken -= static_cast<double>(delta);
     b.touched_us = now;
@@ -112,14 +99,14 @@ void RateLimiter::Release(std::span<const LimitScope> scopes, int64_t tokens) {
   for (const LimitScope& s : scopes) {
     if (s.limits->rpm > 0) {
       Bucket& b = rpm_[s.name];
-      Refill(b, rpm_pending_, s.name, s.limits->rpm, now);
+      Refill(b, s.limits->rpm, now);
       b.level = std::min(static_cast<double>(s.limits->rpm), b.level + 1);
       b.taken -= 1;
       b.touched_us = now;
     }
     if (s.limits->tpm > 0) {
       Bucket& b = tpm_[s.name];
-      Refill(b, tpm_pending_, s.name, s.limits->tpm, now);
+      Refill(b, s.limits->tpm, now);
       b.level = std::min(static_cast<double>(s.limits->tpm), b.level + static_cast<double>(tokens));
       b.taken -= static_cast<double>(tokens);
       b.touched_us = now;
@@ -131,27 +118,31 @@ std::unordered_map<std::string, RateTotals> RateLimiter::Totals(int64_t window_u
   const int64_t since = clock_->NowMicros() - window_us;
   std::unordered_map<std::string, RateTotals> out;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [name, b] : rpm_) {
-    if (b.touched_us >= 0 && b.touched_us >= since) out[name].requests = b.taken;
+  // A scope is in when either of its buckets moved within the window; then both totals are.
+  for (const auto* buckets : {&rpm_, &tpm_}) {
+    for (const auto& [name, b] : *buckets) {
+      if (b.touched_us >= 0 && b.touched_us >= since) out.try_emplace(name);
+    }
   }
-  for (const auto& [name, b] : tpm_) {
-    if (b.touched_us >= 0 && b.touched_us >= since) out[name].tokens = b.taken;
+  for (auto& [name, t] : out) {
+    if (auto it = rpm_.find(name); it != rpm_.end() && it->second.touched_us >= 0) {
+      t.requests = it->second.taken;
+      t.rpm = it->second.limit;
+    }
+    if (auto it = tpm_.find(name); it != tpm_.end() && it->second.touched_us >= 0) {
+      t.tokens = it->second.taken;
+      t.tpm = it->second.limit;
+    }
   }
   return out;
 }
 
-void RateLimiter::Debit(const std::string& scope, double requests, double tokens) {
-  if (!std::isfinite(requests) || !std::isfinite(tokens)) return;
+void RateLimiter::Debit(const std::string& scope, const RateTotals& taken) {
+  if (!std::isfinite(taken.requests) || !std::isfinite(taken.tokens)) return;
   const int64_t now = clock_->NowMicros();
   std::lock_guard<std::mutex> lock(mu_);
-  if (requests != 0) DebitBucket(rpm_, rpm_pending_, scope, requests, now);
-  if (tokens != 0) DebitBucket(tpm_, tpm_pending_, scope, tokens, now);
-  // Scopes only other gateways serve: forget what is older than any bucket remembers.
-  if (++debits_ % 1024 == 0) {
-    for (auto* pending : {&rpm_pending_, &tpm_pending_}) {
-      std::erase_if(*pending, [&](const auto& e) { return now - e.second.at_us > kPendingKeepUs; });
-    }
-  }
+  if (taken.requests != 0) DebitBucket(rpm_, scope, taken.requests, taken.rpm, now);
+  if (taken.tokens != 0) DebitBucket(tpm_, scope, taken.tokens, taken.tpm, now);
 }
 
 }  // namespace aicloud::gateway

@@ -43,6 +43,8 @@ struct LimitScope {
 struct RateTotals {
   double requests = 0;
   double tokens = 0;
+  int64_t rpm = 0;  // the limits last applied to the scope (0 = none)
+  int64_t tpm = 0;
 };
 
 struct RateVerdict {
@@ -64,11 +66,12 @@ class RateLimiter {
   void Release(std::span<const LimitScope> scopes, int64_t tokens);
 
   // This limiter's own totals, for the scopes it took from or gave back to within the last
-  // `window_us` (what it publishes to the other gateways).
+  // `window_us` (what it publishes to the other gateways); requests and tokens together.
   std::unordered_map<std::string, RateTotals> Totals(int64_t window_us) const;
-  // What other gateways took from `scope` (negative: gave back): taken from its buckets now, or,
-  // for a scope this limiter has not seen yet, when its first request creates them.
-  void Debit(const std::string& scope, double requests, double tokens);
+  // What another gateway took from `scope` (negative: gave back), with the limits it applies:
+  // taken from this limiter's buckets now; a scope not seen here yet gets its buckets (full, at
+  // those limits) first, so the debt refills here as it would there.
+  void Debit(const std::string& scope, const RateTotals& taken);
 
  private:
   struct Bucket {
@@ -79,17 +82,9 @@ class RateLimiter {
     double taken = 0;    // net, by this limiter
     int64_t touched_us = -1;  // never
   };
-  // Others' consumption of a scope whose bucket does not exist yet, as of at_us.
-  struct Pending {
-    double amount = 0;
-    int64_t at_us = 0;
-  };
-  void Refill(Bucket& b, std::unordered_map<std::string, Pending>& pending, const std::string& name,
-              int64_t limit, int64_t now_us);
-  static void DebitBucket(std::unordered_map<std::string, Bucket>& buckets,
-                          std::unordered_map<std::string, Pending>& pending, const std::string& name,
-                          double amount, int64_t now_us);
-  static constexpr int64_t kPendingKeepUs = 10 * 60 * 1000000LL;
+  static void Refill(Bucket& b, int64_t limit, int64_t now_us);
+  static void DebitBucket(std::unordered_map<std::string, Bucket>& buckets, const std::string& name, double amount,
+                          int64_t limit, int64_t now_us);
   // Others' debits take a bucket at most this many minutes of allowance below empty (ten
   // gateways each taking a full bucket within one exchange), so a bogus total cannot shut a
   // scope out for longer than that.
@@ -99,9 +94,6 @@ class RateLimiter {
   mutable std::mutex mu_;
   std::unordered_map<std::string, Bucket> rpm_;  // GUARDED_BY(mu_)
   std::unordered_map<std::string, Bucket> tpm_;  // GUARDED_BY(mu_)
-  std::unordered_map<std::string, Pending> rpm_pending_;  // GUARDED_BY(mu_)
-  std::unordered_map<std::string, Pending> tpm_pending_;  // GUARDED_BY(mu_)
-  uint64_t debits_ = 0;                                    // GUARDED_BY(mu_)
 };
 
 }  // namespace aicloud::gateway

@@ -276,8 +276,10 @@ class HookStore : public store::Store {
  public:
   explicit HookStore(store::Store* inner) : inner_(inner) {}
   std::function<void()> during_commit;
+  bool fail_commits = false;  // every write answers UNAVAILABLE
   StatusOr<store::json> Get(const store::ObjectKey& key) override { return inner_->Get(key); }
   StatusOr<std::vector<store::json>> Commit(std::vector<store::WriteOp> ops) override {
+    if (fail_commits) return UnavailableError("store down");
     if (during_commit) std::exchange(during_commit, nullptr)();
     return inner_->Commit(std::move(ops));
   }
@@ -483,6 +485,103 @@ TEST(RateShare, NewcomersBaselineAndScopesThatComeBackStartOver) {
   EXPECT_EQ(AdmitMany(p.b, k2, 60), 57);  // 3 taken, not 10
 }
 
+// A scope only other gateways serve has its buckets here too, refilling as theirs do: the first
+// request here finds the room the fleet has, not the sum of everything taken elsewhere.
+TEST(RateShare, AScopeServedOnlyElsewhereRefillsHereToo) {
+  SharedPair p;
+  Limits l{.rpm = 60};
+  std::vector<LimitScope> s = {{"key k1", &l}};
+  p.SyncBoth();
+  for (int sec = 0; sec < 20 * 60; ++sec) {  // 20 minutes at half the limit, all on a
+    if (sec % 2 == 0) {
+      ASSERT_TRUE(p.a.Admit(s, 0).ok);
+    }
+    p.clock.Advance(kMicrosPerSecond);
+    ++p.wall;
+    p.SyncBoth();
+  }
+  RateVerdict v = p.b.Admit(s, 0);
+  EXPECT_TRUE(v.ok) << v.message;
+  EXPECT_GE(AdmitMany(p.b, s, 60), 55);
+}
+
+// Requests and tokens of a scope are published together: a late usage report (it touches only
+// the token bucket) must not make the other gateways refund, then charge again, its requests.
+TEST(RateShare, RequestsAndTokensArePublishedTogether) {
+  SharedPair p;
+  Limits l{.rpm = 60, .tpm = 60000};
+  std::vector<LimitScope> s = {{"key k1", &l}};
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.a, s, 50, 10), 50);
+  for (int i = 0; i < 121; ++i) {  // 605 s, exchanging every 5 s: the buckets refill
+    p.clock.Advance(5 * kMicrosPerSecond);
+    p.wall += 5;
+    p.SyncBoth();
+  }
+  p.a.Adjust(s, 5);  // a stream's usage, long after its admission
+  ++p.wall;
+  p.SyncBoth();
+  EXPECT_TRUE(p.a.Admit(s, 10).ok);
+  ++p.wall;
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.b, s, 60, 10), 59);
+}
+
+// Nothing compares the gateways' clocks but the leases: a gateway whose clock is behind still
+// has its new scopes counted everywhere.
+TEST(RateShare, SkewedClocksLoseNothing) {
+  store::MemoryStore store;
+  FakeClock clock;
+  int64_t wall = 1'700'000'000;
+  RateLimiter a(&clock), b(&clock);
+  RateShare sa(&store, &a, [&] { return wall - 5; }, {.id = "a"});
+  RateShare sb(&store, &b, [&] { return wall; }, {.id = "b"});
+  Limits l{.rpm = 60};
+  std::vector<LimitScope> s = {{"key k1", &l}};
+  for (int i = 0; i < 2; ++i, ++wall) {
+    ASSERT_TRUE(sa.Sync().ok());
+    ASSERT_TRUE(sb.Sync().ok());
+  }
+  EXPECT_EQ(AdmitMany(a, s, 60), 60);
+  ASSERT_TRUE(sa.Sync().ok());
+  ASSERT_TRUE(sb.Sync().ok());
+  EXPECT_EQ(AdmitMany(b, s, 60), 0);
+}
+
+// A gateway that cannot write for longer than its lease is forgotten by the others, not lost:
+// when it writes again they take what it admitted meanwhile.
+TEST(RateShare, AGatewayCutOffFromTheStoreIsCaughtUpWith) {
+  store::MemoryStore mem;
+  HookStore flaky(&mem);
+  FakeClock clock;
+  int64_t wall = 1'700'000'000;
+  RateLimiter a(&clock), b(&clock);
+  RateShare sa(&flaky, &a, [&] { return wall; }, {.id = "a", .lease_s = 10});
+  RateShare sb(&mem, &b, [&] { return wall; }, {.id = "b", .lease_s = 10});
+  Limits l{.rpm = 60};
+  std::vector<LimitScope> k1 = {{"key k1", &l}}, k2 = {{"key k2", &l}};
+  ASSERT_TRUE(sa.Sync().ok());
+  ASSERT_TRUE(sb.Sync().ok());
+  EXPECT_EQ(AdmitMany(a, k1, 10), 10);
+  ++wall;
+  ASSERT_TRUE(sa.Sync().ok());
+  ASSERT_TRUE(sb.Sync().ok());
+  flaky.fail_commits = true;
+  EXPECT_EQ(AdmitMany(a, k1, 20), 20);  // k1 goes on, k2 begins, while a cannot write
+  EXPECT_EQ(AdmitMany(a, k2, 30), 30);
+  for (int i = 0; i < 15; ++i, ++wall) {
+    EXPECT_FALSE(sa.Sync().ok());
+    ASSERT_TRUE(sb.Sync().ok());
+  }
+  EXPECT_EQ(sb.Peers(), 0);  // a's lease ran out
+  flaky.fail_commits = false;
+  ASSERT_TRUE(sa.Sync().ok());
+  ASSERT_TRUE(sb.Sync().ok());
+  EXPECT_EQ(sb.Peers(), 1);
+  EXPECT_EQ(AdmitMany(b, k1, 60), 30);
+  EXPECT_EQ(AdmitMany(b, k2, 60), 30);
+}
+
 TEST(RateShare, StoppedAndDeadGatewaysAreForgotten) {
   SharedPair p;
   RateLimiter c_limiter(&p.clock);
@@ -497,6 +596,10 @@ TEST(RateShare, StoppedAndDeadGatewaysAreForgotten) {
   p.wall += 11;  // a stops renewing: its lease runs out
   ASSERT_TRUE(sc.Sync().ok());
   EXPECT_EQ(sc.Peers(), 0);
+  EXPECT_TRUE(p.store.Get({"GatewayRate", "", "rates-a"}).ok());  // it may come back
+  p.wall += 3600;
+  ASSERT_TRUE(sc.Sync().ok());
+  EXPECT_FALSE(p.store.Get({"GatewayRate", "", "rates-a"}).ok());  // an hour later: removed
 }
 
 // A GatewayRate edited by hand or written by a foreign tool must not throw, drain buckets

@@ -2,100 +2,113 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 
 #include "gateway/stored_fields.h"
 
 namespace aicloud::gateway {
 namespace {
 
+using stored::IntField;
 using stored::NumField;
 using stored::ObjectField;
 using stored::SignedIntField;
 
 constexpr const char* kKind = "GatewayRate";
-// Clock disagreement tolerated by the "new since my last look" rule.
-constexpr int64_t kSlackS = 2;
-// Totals beyond this are bogus (a hand-edited object must not drain every bucket forever).
+// Totals beyond this are bogus (a hand-edited object must not overflow the arithmetic).
 constexpr double kMaxTotal = 1e15;
+// What is kept of a gateway whose lease lapsed (it may come back), and how long its object stays.
+constexpr int64_t kForgetS = 3600;
 
 }  // namespace
 
 RateShare::RateShare(store::Store* store, RateLimiter* limiter, std::function<int64_t()> wall_seconds,
                      RateShareOptions options)
-    : store_(store),
-      limiter_(limiter),
-      wall_seconds_(std::move(wall_seconds)),
-      options_(std::move(options)),
-      started_(wall_seconds_()) {}
+    : store_(store), limiter_(limiter), wall_seconds_(std::move(wall_seconds)), options_(std::move(options)) {}
 
 int RateShare::Peers() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(peers_.size());
+  return static_cast<int>(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) { return p.second.alive; }));
 }
 
 Status RateShare::Sync() {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t now = wall_seconds_();
+  ++seq_;
 
-  // Publish. A scope's first use here came after the previous exchange (or the start).
+  // Publish. A scope entering the object counts from here (since = this exchange).
   const std::unordered_map<std::string, RateTotals> totals = limiter_->Totals(options_.window_s * 1000000);
   store::json scopes = store::json::object();
   for (const auto& [scope, t] : totals) {
     Published& p = published_[scope];
-    if (!p.live) {  // (re-)entering the object: count from here
-      p.since = last_sync_ > 0 ? last_sync_ : started_;
+    if (!p.live) {
+      p.since = seq_;
       p.base = p.last;
+      p.live = true;
     }
     p.last = t;
-    scopes[scope] = {{"requests", t.requests - p.base.requests}, {"tokens", t.tokens - p.base.tokens}, {"since", p.since}};
+    scopes[scope] = {{"requests", t.requests - p.base.requests}, {"tokens", t.tokens - p.base.tokens},
+                     {"rpm", t.rpm}, {"tpm", t.tpm}, {"since", p.since}};
   }
-  for (auto& [scope, p] : published_) p.live = totals.contains(scope);
+  for (auto& [scope, p] : published_) {
+    if (!totals.contains(scope)) p.live = false;
+  }
   store::json o = {{"apiVersion", "aicloud/v1"},
                    {"kind", kKind},
                    {"metadata", {{"name", ObjectName()}}},
                    {"spec", {{"gateway", options_.id}}},
-                   {"status", {{"expires", now + options_.lease_s}, {"scopes", std::move(scopes)}}}};
+                   {"status", {{"expires", now + options_.lease_s}, {"seq", seq_}, {"scopes", std::move(scopes)}}}};
   StatusOr<store::json> w = store_->Update(o, 0);
   if (!w.ok() && w.status().code() == StatusCode::kNotFound) w = store_->Create(o);
   if (!w.ok()) return w.status();
 
   // Read the others.
-  std::set<std::string> alive;
+  for (auto& [name, peer] : peers_) peer.alive = false;
   std::string token;
   do {
     StatusOr<store::ListResult> page = store_->List({.kind = kKind, .limit = 500, .continue_token = token});
     if (!page.ok()) return page.status();
     for (const store::json& obj : page->items) {
-      const std::string name = ObjectField(obj, "metadata").value("name", std::string());
-      if (name.empty() || name == ObjectName()) continue;
+      const store::json& meta = ObjectField(obj, "metadata");
+      auto name_it = meta.find("name");
+      if (name_it == meta.end() || !name_it->is_string()) continue;
+      const std::string name = name_it->get<std::string>();
+      if (name == ObjectName()) continue;
       const store::json& st = ObjectField(obj, "status");
       const int64_t expires = SignedIntField(st, "expires", 0);
-      // Gone, or a lease no gateway would write.
-      if (expires <= now || expires > now + 10 * options_.lease_s) continue;
-      alive.insert(name);
+      if (expires <= now) {
+        // Gone. Long gone: nobody will renew it; remove it (if no one rewrote it meanwhile).
+        if (expires < now - kForgetS) (void)store_->Delete({kKind, "", name}, store::ResourceVersionOf(obj));
+        continue;
+      }
+      if (expires > now + 10 * options_.lease_s) continue;  // a lease no gateway would write
+      const bool known = peers_.contains(name);
       Peer& peer = peers_[name];
+      peer.alive = true;
+      peer.alive_at = now;
       const store::json& entries = ObjectField(st, "scopes");
+      std::unordered_map<std::string, Seen> seen;
       for (auto it = entries.begin(); it != entries.end(); ++it) {
         if (!it.value().is_object()) continue;
-        const RateTotals cur{std::min(NumField(it.value(), "requests"), kMaxTotal),
-                             std::min(NumField(it.value(), "tokens"), kMaxTotal)};
-        const int64_t since = SignedIntField(it.value(), "since", 0);
-        auto [last, fresh] = peer.last.try_emplace(it.key());
-        if (!fresh && last->second.since == since) {
-          limiter_->Debit(it.key(), cur.requests - last->second.totals.requests,
-                          cur.tokens - last->second.totals.tokens);
-        } else if (last_sync_ > 0 && since >= last_sync_ - kSlackS) {
-          // Counted from after this gateway's previous look: all of it is new.
-          limiter_->Debit(it.key(), cur.requests, cur.tokens);
-        }  // else: counted from before what this gateway watched: the baseline
-        last->second = {since, cur};
+        Seen cur{SignedIntField(it.value(), "since", 0),
+                 {std::min(NumField(it.value(), "requests"), kMaxTotal), std::min(NumField(it.value(), "tokens"), kMaxTotal),
+                  IntField(it.value(), "rpm"), IntField(it.value(), "tpm")}};
+        auto last = peer.last.find(it.key());
+        if (last != peer.last.end() && last->second.since == cur.since) {
+          limiter_->Debit(it.key(), {cur.totals.requests - last->second.totals.requests,
+                                     cur.totals.tokens - last->second.totals.tokens, cur.totals.rpm, cur.totals.tpm});
+        } else if (known || synced_) {
+          // Counted from zero since it entered the object, which this gateway has not seen:
+          // all of it is new (a peer first seen after this gateway's first look is new too).
+          limiter_->Debit(it.key(), cur.totals);
+        }  // else: this gateway's first look: what is published is history
+        seen.emplace(it.key(), cur);
       }
+      peer.last = std::move(seen);  // scopes that left the object start over when they return
     }
     token = page->continue_token;
   } while (!token.empty());
-  std::erase_if(peers_, [&](const auto& p) { return !alive.contains(p.first); });
-  last_sync_ = now;
+  std::erase_if(peers_, [&](const auto& p) { return !p.second.alive && p.second.alive_at < now - kForgetS; });
+  synced_ = true;
   return OkStatus();
 }
 

@@ -2,24 +2,26 @@
 //
 // Each gateway enforces rate limits with its own token buckets (limits.h), which alone would let
 // N gateways admit N times a key's rpm. With RateShare every gateway publishes, once a second,
-// what each scope took from it — net requests and tokens since it started — in its GatewayRate
-// object (cluster-scoped, name "rates-<gateway id>"; status {expires, scopes: {<scope>:
-// {requests, tokens, since}}}), reads the others' objects, and debits its own buckets with what
-// each other gateway took since its previous look. Every bucket thus sees the whole fleet's
-// consumption: over any stretch the gateways together admit what one gateway would (the
-// bucket's capacity plus its refill), and the excess is bounded by what the others admit within
-// one exchange (a second), after which the buckets run negative and hold requests back until the
-// average is restored. This is the "cluster" scheme of Kong's and LiteLLM's limiters (counters
-// synchronised periodically), not a central counter on every request: a request's admission
-// never waits for the store.
+// what each scope took from it — net requests and tokens, and the limits it applies — in its
+// GatewayRate object (cluster-scoped, name "rates-<gateway id>"; status {expires, seq, scopes:
+// {<scope>: {requests, tokens, rpm, tpm, since}}}), reads the others' objects, and debits its own
+// buckets with what each other gateway took since its previous look. Every bucket thus sees the
+// whole fleet's consumption: over any stretch the gateways together admit what one gateway would
+// (the bucket's capacity plus its refill), and the excess is bounded by what the others admit
+// within one exchange (a second), after which the buckets run negative and hold requests back
+// until the average is restored. This is the "cluster" scheme of Kong's and LiteLLM's limiters
+// (counters synchronised periodically), not a central counter on every request: a request's
+// admission never waits for the store.
 //
-// A gateway that stops deletes its object; one that dies stops renewing it and is forgotten
-// after `lease_s`. Each published scope carries `since`, when the publisher began counting it
-// (again: a scope idle for the whole window leaves the object and comes back with a new `since`
-// and totals from zero). A scope another gateway began counting after this one's previous look
-// is new consumption and is debited in full; one counted since before that (a gateway first
-// seen by one that just started) is taken as the baseline. Leases and that rule assume the
-// gateways' clocks agree within a few seconds, as the budget grants do.
+// Deltas are taken per scope against the totals seen last time, so nothing is counted twice,
+// and nothing is lost while a gateway cannot write (the others catch up when it can; they keep
+// what they saw of a gateway whose lease lapsed for an hour). A scope enters a gateway's object
+// when used and leaves it after `window_s` idle; each entry carries `since`, the publisher's
+// exchange number when it entered, and counts from zero from there: an entry another gateway has
+// not seen before is therefore all new consumption — except on that gateway's own first exchange,
+// which takes what is already published as history. No clocks are compared but for leases. A
+// gateway that stops deletes its object; one that died is forgotten when its lease runs out, and
+// its object deleted an hour later.
 //
 //   RateShare share(store, &limiter, wall_seconds, {.id = ledger.id()});
 //   every second: if (Status s = share.Sync(); !s.ok()) log(s);   // limits stay local meanwhile
@@ -42,6 +44,7 @@ namespace aicloud::gateway {
 struct RateShareOptions {
   std::string id;          // this gateway's name among the others (required)
   int64_t lease_s = 10;    // an object not renewed for this long belongs to a gateway that is gone
+                           // (make it several exchange periods)
   int64_t window_s = 600;  // scopes published: those this gateway used within the window
 };
 
@@ -52,8 +55,7 @@ class RateShare {
             RateShareOptions options);
 
   // One exchange: writes this gateway's object, reads the others' and debits the limiter.
-  // On an error the limiter keeps what it had; the next exchange catches up (deltas are taken
-  // against the last totals seen, so nothing is lost or counted twice).
+  // On an error the limiter keeps what it had; the next exchange catches up.
   Status Sync();
   // Deletes this gateway's object (a gateway stopping).
   Status Release();
@@ -76,6 +78,8 @@ class RateShare {
   };
   struct Peer {
     std::unordered_map<std::string, Seen> last;  // by scope, as of the previous exchange
+    int64_t alive_at = 0;                         // wall seconds it was last seen alive
+    bool alive = false;
   };
   std::string ObjectName() const { return "rates-" + options_.id; }
 
@@ -83,11 +87,11 @@ class RateShare {
   RateLimiter* const limiter_;
   const std::function<int64_t()> wall_seconds_;
   const RateShareOptions options_;
-  const int64_t started_;  // wall seconds
   mutable std::mutex mu_;
   std::map<std::string, Peer> peers_;               // GUARDED_BY(mu_), by object name
   std::unordered_map<std::string, Published> published_;  // GUARDED_BY(mu_)
-  int64_t last_sync_ = 0;                           // GUARDED_BY(mu_): wall seconds, 0 = never
+  int64_t seq_ = 0;        // GUARDED_BY(mu_): exchanges so far
+  bool synced_ = false;    // GUARDED_BY(mu_): an exchange has read the others
 };
 
 }  // namespace aicloud::gateway

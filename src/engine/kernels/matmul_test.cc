@@ -201,6 +201,31 @@ TEST(MatMul, BatchInvariant) {
   }
 }
 
+// The int8 tile at every remainder: 1-3 leftover rows of x, 1 leftover weight row, and batches
+// that span several tasks; each row must equal the single-row GEMV bit for bit.
+TEST(MatMul, Q8BatchInvariantAtEveryRemainder) {
+  ThreadPool pool(2);
+  for (Isa isa : TestIsas()) {
+    ScopedIsa scoped(isa);
+    for (int64_t k : {32, 96}) {
+      for (int64_t n : {1, 2, 3, 5, 48, 49, 50, 97}) {
+        const auto wf = RandomVector(n * k, 31 + n + k);
+        Matrix w = MakeWeights(WeightFormat::kQ8, wf, n, k);
+        for (int64_t m : {2, 3, 6, 7, 11, 258, 259}) {
+          const auto x = RandomVector(m * k, 32 + m + k);
+          std::vector<float> all(m * n), one(n);
+          MatMul(pool, x.data(), m, w.view(), all.data());
+          for (int64_t i = 0; i < m; ++i) {
+            MatMul(pool, x.data() + i * k, 1, w.view(), one.data());
+            ASSERT_EQ(0, std::memcmp(one.data(), all.data() + i * n, n * sizeof(float)))
+                << IsaName(isa) << " k=" << k << " n=" << n << " m=" << m << ": row " << i << " differs";
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MatMul, EmptyShapes) {
   ThreadPool pool(2);
   const std::vector<float> w(12, 1.0f), x(8, 1.0f);
