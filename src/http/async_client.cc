@@ -211,7 +211,8 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   void Start() {
     tcp::socket& socket = conn_->stream.socket();
     error_code ec;
-    socket.non_blocking(true, ec);  // synchronous writes answer would_block instead of waiting
+    // Synchronous writes answer would_block instead of waiting (set once: it is an ioctl).
+    if (!socket.non_blocking()) socket.non_blocking(true, ec);
     timer_.expires_after(x_->timeout);
     timer_.async_wait([self = shared_from_this()](error_code e) {
       if (e || self->ended_) return;  // cancelled, or expired as the exchange ended

@@ -340,8 +340,18 @@ awaitable<error_code> WriteResponse(Connection<Stream>& c, Response r, bool keep
     res.prepare_payload();
   }
   error_code ec;
+  bhttp::response_serializer<bhttp::string_body> sr(res);
+  if constexpr (!kIsTls<Stream>) {
+    // Most answers fit the socket's send buffer: write them now, without an operation to
+    // complete and resume from; only what does not fit goes the asynchronous way.
+    tcp::socket& socket = c.stream.socket();
+    if (!socket.non_blocking()) socket.non_blocking(true, ec);  // once per connection (an ioctl)
+    if (!ec) bhttp::write(socket, sr, ec);
+    if (ec != asio::error::would_block) co_return ec;
+    ec = {};
+  }
   beast::get_lowest_layer(c.stream).expires_after(c.core->opts.idle_timeout);
-  co_await bhttp::async_write(c.stream, res, Redirect(ec));
+  co_await bhttp::async_write(c.stream, sr, Redirect(ec));
   co_return ec;
 }
 
