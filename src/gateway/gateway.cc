@@ -664,10 +664,7 @@ http::Response Gateway::UnaryAnswer(Call& call, const Route& route, Attempted a,
                               "deployment " + route.deployment + ": " + a.status.message()));
   }
   std::optional<TokenUsage> usage;
-  if (a.status.ok() && Is2xx(a.head.status)) {
-    json j = json::parse(body, nullptr, false);
-    usage = UsageOf(j);
-  }
+  if (a.status.ok() && Is2xx(a.head.status)) usage = UsageOfText(body);
   if (!a.status.ok()) call.rec.error = a.status.message();
   Settle(call, route, a.status.ok() && Is2xx(a.head.status), usage, 0);
   http::Response r;

@@ -1,6 +1,8 @@
 #include "gateway/request.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 
 namespace aicloud::gateway {
 
@@ -157,6 +159,98 @@ std::optional<TokenUsage> UsageOf(const json& body) {
   t.prompt_tokens = count("prompt_tokens");
   t.completion_tokens = count("completion_tokens");
   return t;
+}
+
+namespace {
+
+// SAX events of one document; keeps the top-level "usage" object's two counts, last one winning
+// as in a parsed document, with UsageOf's rules for their types.
+class UsageSax {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  std::optional<TokenUsage> result() const { return top_object_ && has_usage_ ? std::optional(usage_) : std::nullopt; }
+
+  bool null() { return Value(); }
+  bool boolean(bool) { return Value(); }
+  bool number_integer(number_integer_t v) { return Count(std::max<int64_t>(0, v)); }
+  bool number_unsigned(number_unsigned_t v) {
+    return Count(v <= static_cast<number_unsigned_t>(std::numeric_limits<int64_t>::max()) ? static_cast<int64_t>(v) : 0);
+  }
+  bool number_float(number_float_t, const string_t&) { return Value(); }
+  bool string(string_t&) { return Value(); }
+  bool binary(binary_t&) { return Value(); }
+  bool start_object(std::size_t) {
+    if (depth_ == 2 && in_usage_) Count(0);  // a count that is an object counts 0
+    if (depth_ == 0) top_object_ = true;
+    if (depth_ == 1 && key_ == kUsage) {
+      has_usage_ = true;  // a later "usage" replaces an earlier one, as in a document
+      usage_ = {};
+      in_usage_ = true;
+    } else if (depth_ == 1) {
+      NotUsage();
+    }
+    ++depth_;
+    key_ = kOther;
+    return true;
+  }
+  bool end_object() {
+    if (--depth_ == 1) in_usage_ = false;
+    return true;
+  }
+  bool start_array(std::size_t) {
+    if (depth_ == 2 && in_usage_) Count(0);
+    if (depth_ == 1) NotUsage();
+    ++depth_;
+    return true;
+  }
+  bool end_array() {
+    --depth_;
+    return true;
+  }
+  bool key(string_t& k) {
+    if (depth_ == 1) key_ = k == "usage" ? kUsage : kOther;
+    if (depth_ == 2 && in_usage_) key_ = k == "prompt_tokens" ? kPrompt : k == "completion_tokens" ? kCompletion : kOther;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    top_object_ = false;
+    return false;
+  }
+
+ private:
+  enum Key { kOther, kUsage, kPrompt, kCompletion };
+  // A scalar at `depth_`: a top-level "usage" that is not an object cancels an earlier one; a
+  // count of another type counts 0.
+  bool Value() { return Count(0); }
+  bool Count(int64_t v) {
+    if (depth_ == 1) NotUsage();
+    if (depth_ == 2 && in_usage_) {
+      if (key_ == kPrompt) usage_.prompt_tokens = v;
+      if (key_ == kCompletion) usage_.completion_tokens = v;
+    }
+    return true;
+  }
+  void NotUsage() {
+    if (key_ == kUsage) has_usage_ = false;
+  }
+
+  int depth_ = 0;
+  Key key_ = kOther;
+  bool top_object_ = false, has_usage_ = false, in_usage_ = false;
+  TokenUsage usage_;
+};
+
+}  // namespace
+
+std::optional<TokenUsage> UsageOfText(std::string_view body) {
+  UsageSax sax;
+  if (!json::sax_parse(body.begin(), body.end(), &sax)) return std::nullopt;
+  return sax.result();
 }
 
 }  // namespace aicloud::gateway

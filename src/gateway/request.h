@@ -65,5 +65,8 @@ struct TokenUsage {
 };
 // The `usage` object of a completion response or of a stream's final chunk, if present.
 std::optional<TokenUsage> UsageOf(const nlohmann::json& body);
+// The same, read from the text without building a document (the unary answer's path: the body
+// is passed on as it came, only two numbers of it are needed). nullopt for malformed JSON.
+std::optional<TokenUsage> UsageOfText(std::string_view body);
 
 }  // namespace aicloud::gateway

@@ -10,6 +10,40 @@ namespace {
 
 using nlohmann::json;
 
+// The document-free reader agrees with UsageOf on every shape, malformed ones included.
+TEST(Usage, TextReaderAgreesWithTheDocumentReader) {
+  for (const char* body : {
+           R"({"id":"x","choices":[{"message":{"content":"usage: 5"}}],"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}})",
+           R"({"usage":{"prompt_tokens":3}})",
+           R"({"usage":{"prompt_tokens":-5,"completion_tokens":"7"}})",
+           R"({"usage":{"prompt_tokens":1.5,"completion_tokens":null}})",
+           R"({"usage":{"prompt_tokens":{"a":1},"completion_tokens":[2]}})",
+           R"({"usage":{"prompt_tokens":4,"prompt_tokens":{}}})",
+           R"({"usage":{"prompt_tokens_details":{"prompt_tokens":99},"prompt_tokens":8,"completion_tokens":9}})",
+           R"({"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":9223372036854775807}})",
+           R"({"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}})",
+           R"({"usage":{"prompt_tokens":1},"usage":null})",
+           R"({"usage":{"prompt_tokens":1},"usage":[1,2]})",
+           R"({"usage":null})",
+           R"({"usage":7})",
+           R"({"x":{"usage":{"prompt_tokens":5}}})",
+           R"([{"usage":{"prompt_tokens":5}}])",
+           R"({"usage":{"prompt_tokens":5}} trailing)",
+           R"({"usage":{"prompt_tokens":5})",
+           "",
+           "not json",
+           "{}",
+       }) {
+    const json doc = json::parse(body, nullptr, false);
+    std::optional<TokenUsage> want = UsageOf(doc), got = UsageOfText(body);
+    ASSERT_EQ(want.has_value(), got.has_value()) << body;
+    if (want) {
+      EXPECT_EQ(want->prompt_tokens, got->prompt_tokens) << body;
+      EXPECT_EQ(want->completion_tokens, got->completion_tokens) << body;
+    }
+  }
+}
+
 TEST(RequestInfo, ChatPromptAndEstimateIsAnUpperBound) {
   json body = {{"model", "m"},
                {"messages", {{{"role", "system"}, {"content", "be brief"}},
