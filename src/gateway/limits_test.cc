@@ -582,6 +582,59 @@ TEST(RateShare, AGatewayCutOffFromTheStoreIsCaughtUpWith) {
   EXPECT_EQ(AdmitMany(b, k2, 60), 30);
 }
 
+// A gateway that starts while another's lease has lapsed sees that one's totals, when it comes
+// back, as history: not as consumption to charge all at once.
+TEST(RateShare, AGatewayBackAfterALapseIsHistoryToANewcomer) {
+  SharedPair p;
+  Limits l{.rpm = 60};
+  std::vector<LimitScope> s = {{"key k1", &l}};
+  EXPECT_EQ(AdmitMany(p.a, s, 50), 50);
+  for (int i = 0; i < 5; ++i, ++p.wall) ASSERT_TRUE(p.sa.Sync().ok());
+  p.wall += 11;  // a's lease lapses
+  RateLimiter c(&p.clock);
+  RateShare sc(&p.store, &c, [&] { return p.wall; }, {.id = "c"});
+  ASSERT_TRUE(sc.Sync().ok());  // c's first look: a is not there
+  ++p.wall;
+  ASSERT_TRUE(p.sa.Sync().ok());  // a is back
+  ASSERT_TRUE(sc.Sync().ok());
+  EXPECT_EQ(sc.Peers(), 1);
+  EXPECT_EQ(AdmitMany(c, s, 60), 60);
+}
+
+// What a gateway admitted while it could not write is published when it can again, even when
+// the scope went idle for the whole window meanwhile (and so re-enters the object).
+TEST(RateShare, WhatWasTakenDuringAnOutageIsNotLostWhenTheScopeReturns) {
+  store::MemoryStore mem;
+  HookStore flaky(&mem);
+  FakeClock clock;
+  int64_t wall = 1'700'000'000;
+  RateLimiter a(&clock), b(&clock);
+  RateShare sa(&flaky, &a, [&] { return wall; }, {.id = "a"});
+  RateShare sb(&mem, &b, [&] { return wall; }, {.id = "b"});
+  Limits l{.rpm = 60};
+  std::vector<LimitScope> s = {{"key k1", &l}};
+  ASSERT_TRUE(sa.Sync().ok());
+  ASSERT_TRUE(sb.Sync().ok());
+  EXPECT_EQ(AdmitMany(a, s, 10), 10);
+  ++wall;
+  ASSERT_TRUE(sa.Sync().ok());
+  ASSERT_TRUE(sb.Sync().ok());
+  flaky.fail_commits = true;
+  EXPECT_EQ(AdmitMany(a, s, 20), 20);
+  for (int i = 0; i < 61; ++i) {  // 610 s: k1 idle longer than the window, a unable to write
+    clock.Advance(10 * kMicrosPerSecond);
+    wall += 10;
+    EXPECT_FALSE(sa.Sync().ok());
+    ASSERT_TRUE(sb.Sync().ok());
+  }
+  flaky.fail_commits = false;
+  EXPECT_EQ(AdmitMany(a, s, 5), 5);
+  ++wall;
+  ASSERT_TRUE(sa.Sync().ok());
+  ASSERT_TRUE(sb.Sync().ok());
+  EXPECT_EQ(AdmitMany(b, s, 60), 35);  // b's bucket refilled, then a's 20 + 5 taken
+}
+
 TEST(RateShare, StoppedAndDeadGatewaysAreForgotten) {
   SharedPair p;
   RateLimiter c_limiter(&p.clock);

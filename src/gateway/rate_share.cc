@@ -18,6 +18,8 @@ constexpr const char* kKind = "GatewayRate";
 constexpr double kMaxTotal = 1e15;
 // What is kept of a gateway whose lease lapsed (it may come back), and how long its object stays.
 constexpr int64_t kForgetS = 3600;
+// A gateway first seen with at most this many exchanges behind it started since the last look.
+constexpr int64_t kNewPeerExchanges = 3;
 
 }  // namespace
 
@@ -41,8 +43,10 @@ Status RateShare::Sync() {
   for (const auto& [scope, t] : totals) {
     Published& p = published_[scope];
     if (!p.live) {
+      // Counting from what the others were last told, so nothing taken while this gateway
+      // could not write (and the scope went idle meanwhile) is lost.
       p.since = seq_;
-      p.base = p.last;
+      p.base = p.written;
       p.live = true;
     }
     p.last = t;
@@ -60,6 +64,7 @@ Status RateShare::Sync() {
   StatusOr<store::json> w = store_->Update(o, 0);
   if (!w.ok() && w.status().code() == StatusCode::kNotFound) w = store_->Create(o);
   if (!w.ok()) return w.status();
+  for (const auto& [scope, t] : totals) published_[scope].written = t;
 
   // Read the others.
   for (auto& [name, peer] : peers_) peer.alive = false;
@@ -82,6 +87,7 @@ Status RateShare::Sync() {
       }
       if (expires > now + 10 * options_.lease_s) continue;  // a lease no gateway would write
       const bool known = peers_.contains(name);
+      const int64_t peer_seq = SignedIntField(st, "seq", 0);
       Peer& peer = peers_[name];
       peer.alive = true;
       peer.alive_at = now;
@@ -96,11 +102,11 @@ Status RateShare::Sync() {
         if (last != peer.last.end() && last->second.since == cur.since) {
           limiter_->Debit(it.key(), {cur.totals.requests - last->second.totals.requests,
                                      cur.totals.tokens - last->second.totals.tokens, cur.totals.rpm, cur.totals.tpm});
-        } else if (known || synced_) {
+        } else if (known || (synced_ && peer_seq <= kNewPeerExchanges)) {
           // Counted from zero since it entered the object, which this gateway has not seen:
-          // all of it is new (a peer first seen after this gateway's first look is new too).
+          // all of it is new; so is everything of a gateway that started since the last look.
           limiter_->Debit(it.key(), cur.totals);
-        }  // else: this gateway's first look: what is published is history
+        }  // else: history (this gateway's first look, or a gateway back after being forgotten)
         seen.emplace(it.key(), cur);
       }
       peer.last = std::move(seen);  // scopes that left the object start over when they return

@@ -19,7 +19,9 @@
 // when used and leaves it after `window_s` idle; each entry carries `since`, the publisher's
 // exchange number when it entered, and counts from zero from there: an entry another gateway has
 // not seen before is therefore all new consumption — except on that gateway's own first exchange,
-// which takes what is already published as history. No clocks are compared but for leases. A
+// which takes what is already published as history, and for a gateway first seen after a long
+// life (more than 3 exchanges: one this gateway forgot, or one whose lease had lapsed when this
+// one started), whose totals are history too; what that one took while forgotten is not counted. No clocks are compared but for leases. A
 // gateway that stops deletes its object; one that died is forgotten when its lease runs out, and
 // its object deleted an hour later.
 //
@@ -69,7 +71,8 @@ class RateShare {
   struct Published {
     int64_t since = 0;
     RateTotals base;  // this gateway's totals when the scope (re-)entered publication
-    RateTotals last;  // this gateway's totals at the last exchange that published it
+    RateTotals last;     // this gateway's totals at the last exchange that published it
+    RateTotals written;  // ... and at the last one whose write landed
     bool live = false;
   };
   struct Seen {

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "http/asio.h"
@@ -205,7 +206,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
         conn_(std::move(x_->conn)),
         timer_(conn_->stream.get_executor()),
         serializer_(x_->request) {
-    parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+    NewParser();
   }
 
   void Start() {
@@ -213,16 +214,11 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     error_code ec;
     // Synchronous writes answer would_block instead of waiting (set once: it is an ioctl).
     if (!socket.non_blocking()) socket.non_blocking(true, ec);
-    timer_.expires_after(x_->timeout);
-    timer_.async_wait([self = shared_from_this()](error_code e) {
-      if (e || self->ended_) return;  // cancelled, or expired as the exchange ended
-      self->timed_out_ = true;
-      error_code ignored;
-      self->conn_->stream.socket().cancel(ignored);
-    });
+    ArmTimer();
     if (!ec) bhttp::write(socket, serializer_, ec);
     if (ec == asio::error::would_block) {
       bhttp::async_write(socket, serializer_, [self = shared_from_this()](error_code e, size_t) {
+        if (self->timed_out_) return self->Fail(asio::error::timed_out);
         if (e) return self->Fail(e);
         self->ReadMore();
       });
@@ -233,40 +229,70 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   }
 
  private:
+  // The exchange's bound, as Run's: connect + request + response head, then again the body. On
+  // expiry the socket is closed, so an operation whose completion was already queued ends too
+  // (its handler checks timed_out_ as well).
+  void ArmTimer() {
+    timer_.expires_after(x_->timeout);
+    timer_.async_wait([self = shared_from_this()](error_code e) {
+      if (e || self->ended_) return;  // cancelled or re-armed, or expired as the exchange ended
+      self->timed_out_ = true;
+      error_code ignored;
+      self->conn_->stream.socket().close(ignored);
+    });
+  }
+
+  void NewParser() {
+    parser_.emplace();
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+  }
+
   void ReadMore() {
     conn_->stream.socket().async_read_some(conn_->buffer.prepare(kReadChunk),
                                            [self = shared_from_this()](error_code e, size_t n) { self->OnRead(e, n); });
   }
 
   void OnRead(error_code ec, size_t n) {
+    if (timed_out_) return Fail(asio::error::timed_out);
     beast::flat_buffer& buf = conn_->buffer;
     buf.commit(n);
     if (ec == asio::error::eof) {
       // Parse what came, then let the parser decide whether the close ended the message.
       // (put_eof requires that some bytes came: on a fresh parser it would report a message.)
       error_code e2;
-      if (Parse(e2) && parser_.got_some() && !parser_.is_done()) parser_.put_eof(e2);
-      if (!e2 && parser_.is_done()) return Finish(/*keep=*/false);
+      if (Parse(e2) && parser_->got_some() && !parser_->is_done()) parser_->put_eof(e2);
+      if (!e2 && parser_->is_done()) return Finish(/*keep=*/false);
       return Fail(e2 ? e2 : ec);
     }
     if (ec) return Fail(ec);
     if (!Parse(ec)) return Fail(ec);
-    if (parser_.is_done()) return Finish(parser_.get().keep_alive());
+    if (parser_->is_done()) return Finish(parser_->get().keep_alive());
     ReadMore();
   }
 
-  // Feeds the buffered bytes to the parser; false with `ec` on a malformed response.
+  // Feeds the buffered bytes to the parser; false with `ec` on a malformed response. An interim
+  // (1xx) response is skipped: the final one follows on the same connection.
   bool Parse(error_code& ec) {
     beast::flat_buffer& buf = conn_->buffer;
-    while (buf.size() > 0 && !parser_.is_done()) {
-      const size_t used = parser_.put(buf.data(), ec);
+    while (buf.size() > 0 && !parser_->is_done()) {
+      const size_t used = parser_->put(buf.data(), ec);
       buf.consume(used);
+      if (used > 0) got_bytes_ = true;
       if (ec == bhttp::error::need_more) {
         ec = {};
-        return true;
+        break;
       }
       if (ec) return false;
-      if (used == 0) return true;
+      if (parser_->is_done() && parser_->get().result_int() / 100 == 1) {
+        NewParser();
+        head_seen_ = false;
+        continue;
+      }
+      if (used == 0) break;
+    }
+    if (!head_seen_ && parser_->is_header_done()) {
+      head_seen_ = true;
+      if (!parser_->is_done()) ArmTimer();  // the body gets the timeout again, as in Run
     }
     return true;
   }
@@ -276,9 +302,9 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     timer_.cancel();
     AsyncResult result;
     result.reused = true;
-    result.response.status = static_cast<int>(parser_.get().result_int());
-    result.response.headers = HeadersOf(parser_.get());
-    result.response.body = std::move(parser_.get().body());
+    result.response.status = static_cast<int>(parser_->get().result_int());
+    result.response.headers = HeadersOf(parser_->get());
+    result.response.body = std::move(parser_->get().body());
     if (keep && conn_->buffer.size() == 0) {
       x_->pool->Put(x_->upstream, std::move(conn_), x_->max_idle);
     } else {
@@ -293,7 +319,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     timer_.cancel();
     error_code ignored;
     conn_->stream.socket().close(ignored);
-    if (!timed_out_ && !parser_.got_some()) {
+    if (!timed_out_ && !got_bytes_ && !parser_->got_some()) {
       // A kept-alive connection the upstream closed meanwhile: once more on a new one.
       x_->conn.reset();
       asio::co_spawn(timer_.get_executor(), Run(std::move(x_)), asio::detached);
@@ -301,10 +327,10 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     }
     AsyncResult result;
     result.reused = true;
-    if (parser_.is_header_done()) {
-      result.response.status = static_cast<int>(parser_.get().result_int());
-      result.response.headers = HeadersOf(parser_.get());
-      result.response.body = std::move(parser_.get().body());
+    if (parser_->is_header_done()) {
+      result.response.status = static_cast<int>(parser_->get().result_int());
+      result.response.headers = HeadersOf(parser_->get());
+      result.response.body = std::move(parser_->get().body());
     }
     result.status = timed_out_ ? DeadlineExceeded(What(*x_) + ": timed out after " +
                                                   std::to_string(x_->timeout.count()) + " ms")
@@ -328,7 +354,9 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   std::unique_ptr<Conn> conn_;
   asio::steady_timer timer_;
   bhttp::request_serializer<bhttp::string_body> serializer_;
-  bhttp::response_parser<bhttp::string_body> parser_;
+  std::optional<bhttp::response_parser<bhttp::string_body>> parser_;
+  bool head_seen_ = false;  // the final response's head arrived (the timer was re-armed)
+  bool got_bytes_ = false;  // the upstream answered something (an interim response counts)
   bool timed_out_ = false;
   bool ended_ = false;  // Finish or Fail ran: the connection may be back in the pool
 };

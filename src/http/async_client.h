@@ -14,7 +14,8 @@
 //
 // Errors tell a proxy whether a retry elsewhere is safe: UNAVAILABLE is a connection failure
 // (refused, reset, closed), DEADLINE_EXCEEDED a timeout (the upstream may be working on it);
-// answered() says whether a response head arrived (then the request reached the upstream). As the
+// answered() says whether a response head arrived (then the request reached the upstream).
+// Interim (1xx) answers on a pooled connection are skipped for the final one. As the
 // synchronous Client does, a pooled connection that turns out to have been closed by the
 // upstream before any response byte is replaced by a new one once, transparently.
 #pragma once

@@ -336,5 +336,84 @@ TEST(AsyncClientTest, ClosedUpstreamConnectionBeforeAndAfterTheHead) {
   EXPECT_EQ(cut["idle"], 0);
 }
 
+// A raw keep-alive upstream: on each request of a connection it plays the next script (pieces
+// of bytes, each after a delay), and keeps the connection open.
+class ScriptedUpstream {
+ public:
+  using Script = std::vector<std::pair<std::chrono::milliseconds, std::string>>;
+  explicit ScriptedUpstream(std::vector<Script> scripts) : scripts_(std::move(scripts)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      int c = ::accept(fd_, nullptr, nullptr);  // one connection is enough for these tests
+      if (c < 0) return;
+      char buf[4096];
+      for (const Script& script : scripts_) {
+        if (::read(c, buf, sizeof buf) <= 0) break;
+        for (const auto& [delay, bytes] : script) {
+          std::this_thread::sleep_for(delay);
+          (void)!::write(c, bytes.data(), bytes.size());
+        }
+      }
+      (void)!::read(c, buf, sizeof buf);  // until the client closes
+      ::close(c);
+    });
+  }
+  ~ScriptedUpstream() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  std::string host_port() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  std::vector<Script> scripts_;
+  int fd_;
+  uint16_t port_;
+  std::thread thread_;
+};
+
+std::string Ok(std::string_view body) {
+  return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
+}
+
+// Over a pooled connection: an interim 100 is skipped (the final answer follows and the
+// connection stays in step for the next request), and the timeout is counted once for the head
+// and again for the body, as on a new connection.
+TEST(AsyncClientTest, PooledExchangeSkipsInterimAnswersAndTimesHeadAndBodyApart) {
+  using std::chrono::milliseconds;
+  ScriptedUpstream up({
+      {{milliseconds(0), Ok("first")}},
+      {{milliseconds(0), "HTTP/1.1 100 Continue\r\n\r\n"}, {milliseconds(50), Ok("second")}},
+      {{milliseconds(0), Ok("third")}},
+      {{milliseconds(250), "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n"}, {milliseconds(250), "late"}},
+      {{milliseconds(450), Ok("too late")}},
+  });
+  Proxy proxy([&] { return up.host_port(); }, {.timeout = milliseconds(400)});
+  json first = proxy.Get("/1");
+  EXPECT_EQ(first["body"], "first") << first;
+  EXPECT_FALSE(first["reused"]);
+  json second = proxy.Get("/2");
+  EXPECT_EQ(second["code"], "OK") << second;
+  EXPECT_EQ(second["status"], 200);
+  EXPECT_EQ(second["body"], "second");
+  EXPECT_TRUE(second["reused"]);
+  json third = proxy.Get("/3");
+  EXPECT_EQ(third["body"], "third") << third;
+  json slow_body = proxy.Get("/4");  // head after 250 ms, body 250 ms later: 500 ms in all
+  EXPECT_EQ(slow_body["code"], "OK") << slow_body;
+  EXPECT_EQ(slow_body["body"], "late");
+  json slow_head = proxy.Get("/5");  // no head within 400 ms
+  EXPECT_EQ(slow_head["code"], "DEADLINE_EXCEEDED") << slow_head;
+  EXPECT_FALSE(slow_head["answered"]);
+}
+
 }  // namespace
 }  // namespace aicloud::http
