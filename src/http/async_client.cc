@@ -147,11 +147,24 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
       if (!result.status.ok()) break;
     }
     conn->stream.expires_at(deadline);
-    bhttp::response_parser<bhttp::string_body> parser;
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    std::optional<bhttp::response_parser<bhttp::string_body>> parser_slot;
+    auto fresh_parser = [&]() -> bhttp::response_parser<bhttp::string_body>& {
+      parser_slot.emplace();
+      parser_slot->body_limit(std::numeric_limits<std::uint64_t>::max());
+      return *parser_slot;
+    };
+    bhttp::response_parser<bhttp::string_body>* p = &fresh_parser();
+    bool interim = false;  // an interim (1xx) answer came: the upstream has the request
     error_code ec;
     co_await bhttp::async_write(conn->stream, x->request, Redirect(ec));
-    if (!ec) co_await bhttp::async_read_header(conn->stream, conn->buffer, parser, Redirect(ec));
+    if (!ec) co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
+    // Interim answers are skipped for the final one, which follows on the same connection.
+    while (!ec && p->get().result_int() / 100 == 1) {
+      interim = true;
+      p = &fresh_parser();
+      co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
+    }
+    bhttp::response_parser<bhttp::string_body>& parser = *p;
     if (!ec) {
       result.response.status = static_cast<int>(parser.get().result_int());
       result.response.headers = HeadersOf(parser.get());
@@ -166,7 +179,7 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
       conn->stream.close();
       conn.reset();
       // A kept-alive connection the upstream closed meanwhile: once more on a new one.
-      if (reused && attempt == 0 && !parser.got_some() && ec != beast::error::timeout) {
+      if (reused && attempt == 0 && !interim && !parser.got_some() && ec != beast::error::timeout) {
         result = AsyncResult();
         continue;
       }

@@ -387,6 +387,24 @@ std::string Ok(std::string_view body) {
 // Over a pooled connection: an interim 100 is skipped (the final answer follows and the
 // connection stays in step for the next request), and the timeout is counted once for the head
 // and again for the body, as on a new connection.
+// On a new connection too (the first request): an interim 100 is skipped for the final answer.
+TEST(AsyncClientTest, NewConnectionSkipsInterimAnswers) {
+  using std::chrono::milliseconds;
+  ScriptedUpstream up({
+      {{milliseconds(0), "HTTP/1.1 100 Continue\r\n\r\n"}, {milliseconds(50), Ok("final")}},
+      {{milliseconds(0), Ok("next")}},
+  });
+  Proxy proxy([&] { return up.host_port(); }, {});
+  json first = proxy.Get("/1");
+  EXPECT_EQ(first["code"], "OK") << first;
+  EXPECT_EQ(first["status"], 200);
+  EXPECT_EQ(first["body"], "final");
+  EXPECT_FALSE(first["reused"]);
+  json second = proxy.Get("/2");
+  EXPECT_EQ(second["body"], "next") << second;
+  EXPECT_TRUE(second["reused"]);
+}
+
 TEST(AsyncClientTest, PooledExchangeSkipsInterimAnswersAndTimesHeadAndBodyApart) {
   using std::chrono::milliseconds;
   ScriptedUpstream up({
