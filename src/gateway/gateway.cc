@@ -96,6 +96,7 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Create(GatewayDeps deps, GatewayOpti
     return r.status();
   }
   if (options.max_attempts < 1) return InvalidArgumentError("gateway: max_attempts must be >= 1");
+  if (options.flush_period.count() <= 0) return InvalidArgumentError("gateway: flush_period must be > 0");
   if (options.hold_queue_size < 0) return InvalidArgumentError("gateway: hold_queue_size must be >= 0");
   std::unique_ptr<Gateway> g(new Gateway(std::move(deps), std::move(options)));
   AICLOUD_RETURN_IF_ERROR(g->ledger_.Load());

@@ -195,6 +195,22 @@ struct Harness {
   std::string base;
 };
 
+TEST(Gateway, OptionsThatCannotWorkAreRefused) {
+  StaticDirectory dir;
+  StaticKeys keys;
+  GatewayOptions o;
+  o.flush_period = milliseconds(0);  // the store exchanges would spin
+  auto g = Gateway::Create({.directory = &dir, .authenticate = keys.AsAuthenticator()}, o);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("flush_period must be > 0"), std::string::npos) << g.status();
+  o = {};
+  o.max_attempts = 0;
+  g = Gateway::Create({.directory = &dir, .authenticate = keys.AsAuthenticator()}, o);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("max_attempts must be >= 1"), std::string::npos) << g.status();
+}
+
 Route OneModel(std::string name, std::string tenant, std::vector<ReplicaInfo> replicas, std::vector<std::string> adapters = {}) {
   Route r;
   r.deployment = name;
