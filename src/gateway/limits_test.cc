@@ -385,14 +385,17 @@ TEST(BudgetLedger, AClockBehindDoesNotResetANewerPeriod) {
   EXPECT_EQ(reader.Usage("key k").spent_tokens, 100);
 }
 
-// Two gateways, each with its own limiter, exchanging totals through one store.
+// Two gateways, each with its own limiter, exchanging totals through one store; a reaches it
+// through `a_store` (its writes can be made to fail) and its clock may be `a_skew_s` off.
 struct SharedPair {
   store::MemoryStore store;
+  HookStore a_store{&store};
   FakeClock clock;  // the buckets' clock
   int64_t wall = 1'700'000'000;
+  int64_t a_skew_s = 0;
   RateLimiter a{&clock}, b{&clock};
-  RateShare sa{&store, &a, [this] { return wall; }, {.id = "a"}};
-  RateShare sb{&store, &b, [this] { return wall; }, {.id = "b"}};
+  RateShare sa{&a_store, &a, [this] { return wall + a_skew_s; }, {.id = "a", .lease_s = 10}};
+  RateShare sb{&store, &b, [this] { return wall; }, {.id = "b", .lease_s = 10}};
   void SyncBoth() {
     ASSERT_TRUE(sa.Sync().ok());
     ASSERT_TRUE(sb.Sync().ok());
@@ -530,56 +533,39 @@ TEST(RateShare, RequestsAndTokensArePublishedTogether) {
 // Nothing compares the gateways' clocks but the leases: a gateway whose clock is behind still
 // has its new scopes counted everywhere.
 TEST(RateShare, SkewedClocksLoseNothing) {
-  store::MemoryStore store;
-  FakeClock clock;
-  int64_t wall = 1'700'000'000;
-  RateLimiter a(&clock), b(&clock);
-  RateShare sa(&store, &a, [&] { return wall - 5; }, {.id = "a"});
-  RateShare sb(&store, &b, [&] { return wall; }, {.id = "b"});
+  SharedPair p;
+  p.a_skew_s = -5;
   Limits l{.rpm = 60};
   std::vector<LimitScope> s = {{"key k1", &l}};
-  for (int i = 0; i < 2; ++i, ++wall) {
-    ASSERT_TRUE(sa.Sync().ok());
-    ASSERT_TRUE(sb.Sync().ok());
-  }
-  EXPECT_EQ(AdmitMany(a, s, 60), 60);
-  ASSERT_TRUE(sa.Sync().ok());
-  ASSERT_TRUE(sb.Sync().ok());
-  EXPECT_EQ(AdmitMany(b, s, 60), 0);
+  for (int i = 0; i < 2; ++i, ++p.wall) p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.a, s, 60), 60);
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.b, s, 60), 0);
 }
 
 // A gateway that cannot write for longer than its lease is forgotten by the others, not lost:
 // when it writes again they take what it admitted meanwhile.
 TEST(RateShare, AGatewayCutOffFromTheStoreIsCaughtUpWith) {
-  store::MemoryStore mem;
-  HookStore flaky(&mem);
-  FakeClock clock;
-  int64_t wall = 1'700'000'000;
-  RateLimiter a(&clock), b(&clock);
-  RateShare sa(&flaky, &a, [&] { return wall; }, {.id = "a", .lease_s = 10});
-  RateShare sb(&mem, &b, [&] { return wall; }, {.id = "b", .lease_s = 10});
+  SharedPair p;
   Limits l{.rpm = 60};
   std::vector<LimitScope> k1 = {{"key k1", &l}}, k2 = {{"key k2", &l}};
-  ASSERT_TRUE(sa.Sync().ok());
-  ASSERT_TRUE(sb.Sync().ok());
-  EXPECT_EQ(AdmitMany(a, k1, 10), 10);
-  ++wall;
-  ASSERT_TRUE(sa.Sync().ok());
-  ASSERT_TRUE(sb.Sync().ok());
-  flaky.fail_commits = true;
-  EXPECT_EQ(AdmitMany(a, k1, 20), 20);  // k1 goes on, k2 begins, while a cannot write
-  EXPECT_EQ(AdmitMany(a, k2, 30), 30);
-  for (int i = 0; i < 15; ++i, ++wall) {
-    EXPECT_FALSE(sa.Sync().ok());
-    ASSERT_TRUE(sb.Sync().ok());
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.a, k1, 10), 10);
+  ++p.wall;
+  p.SyncBoth();
+  p.a_store.fail_commits = true;
+  EXPECT_EQ(AdmitMany(p.a, k1, 20), 20);  // k1 goes on, k2 begins, while a cannot write
+  EXPECT_EQ(AdmitMany(p.a, k2, 30), 30);
+  for (int i = 0; i < 15; ++i, ++p.wall) {
+    EXPECT_FALSE(p.sa.Sync().ok());
+    ASSERT_TRUE(p.sb.Sync().ok());
   }
-  EXPECT_EQ(sb.Peers(), 0);  // a's lease ran out
-  flaky.fail_commits = false;
-  ASSERT_TRUE(sa.Sync().ok());
-  ASSERT_TRUE(sb.Sync().ok());
-  EXPECT_EQ(sb.Peers(), 1);
-  EXPECT_EQ(AdmitMany(b, k1, 60), 30);
-  EXPECT_EQ(AdmitMany(b, k2, 60), 30);
+  EXPECT_EQ(p.sb.Peers(), 0);  // a's lease ran out
+  p.a_store.fail_commits = false;
+  p.SyncBoth();
+  EXPECT_EQ(p.sb.Peers(), 1);
+  EXPECT_EQ(AdmitMany(p.b, k1, 60), 30);
+  EXPECT_EQ(AdmitMany(p.b, k2, 60), 30);
 }
 
 // A gateway that starts while another's lease has lapsed sees that one's totals, when it comes
@@ -604,35 +590,26 @@ TEST(RateShare, AGatewayBackAfterALapseIsHistoryToANewcomer) {
 // What a gateway admitted while it could not write is published when it can again, even when
 // the scope went idle for the whole window meanwhile (and so re-enters the object).
 TEST(RateShare, WhatWasTakenDuringAnOutageIsNotLostWhenTheScopeReturns) {
-  store::MemoryStore mem;
-  HookStore flaky(&mem);
-  FakeClock clock;
-  int64_t wall = 1'700'000'000;
-  RateLimiter a(&clock), b(&clock);
-  RateShare sa(&flaky, &a, [&] { return wall; }, {.id = "a"});
-  RateShare sb(&mem, &b, [&] { return wall; }, {.id = "b"});
+  SharedPair p;
   Limits l{.rpm = 60};
   std::vector<LimitScope> s = {{"key k1", &l}};
-  ASSERT_TRUE(sa.Sync().ok());
-  ASSERT_TRUE(sb.Sync().ok());
-  EXPECT_EQ(AdmitMany(a, s, 10), 10);
-  ++wall;
-  ASSERT_TRUE(sa.Sync().ok());
-  ASSERT_TRUE(sb.Sync().ok());
-  flaky.fail_commits = true;
-  EXPECT_EQ(AdmitMany(a, s, 20), 20);
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.a, s, 10), 10);
+  ++p.wall;
+  p.SyncBoth();
+  p.a_store.fail_commits = true;
+  EXPECT_EQ(AdmitMany(p.a, s, 20), 20);
   for (int i = 0; i < 61; ++i) {  // 610 s: k1 idle longer than the window, a unable to write
-    clock.Advance(10 * kMicrosPerSecond);
-    wall += 10;
-    EXPECT_FALSE(sa.Sync().ok());
-    ASSERT_TRUE(sb.Sync().ok());
+    p.clock.Advance(10 * kMicrosPerSecond);
+    p.wall += 10;
+    EXPECT_FALSE(p.sa.Sync().ok());
+    ASSERT_TRUE(p.sb.Sync().ok());
   }
-  flaky.fail_commits = false;
-  EXPECT_EQ(AdmitMany(a, s, 5), 5);
-  ++wall;
-  ASSERT_TRUE(sa.Sync().ok());
-  ASSERT_TRUE(sb.Sync().ok());
-  EXPECT_EQ(AdmitMany(b, s, 60), 35);  // b's bucket refilled, then a's 20 + 5 taken
+  p.a_store.fail_commits = false;
+  EXPECT_EQ(AdmitMany(p.a, s, 5), 5);
+  ++p.wall;
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.b, s, 60), 35);  // b's bucket refilled, then a's 20 + 5 taken
 }
 
 TEST(RateShare, StoppedAndDeadGatewaysAreForgotten) {

@@ -49,7 +49,6 @@ Status RateShare::Sync() {
       p.base = p.written;
       p.live = true;
     }
-    p.last = t;
     scopes[scope] = {{"requests", t.requests - p.base.requests}, {"tokens", t.tokens - p.base.tokens},
                      {"rpm", t.rpm}, {"tpm", t.tpm}, {"since", p.since}};
   }

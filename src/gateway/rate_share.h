@@ -17,13 +17,14 @@
 // and nothing is lost while a gateway cannot write (the others catch up when it can; they keep
 // what they saw of a gateway whose lease lapsed for an hour). A scope enters a gateway's object
 // when used and leaves it after `window_s` idle; each entry carries `since`, the publisher's
-// exchange number when it entered, and counts from zero from there: an entry another gateway has
-// not seen before is therefore all new consumption — except on that gateway's own first exchange,
-// which takes what is already published as history, and for a gateway first seen after a long
-// life (more than 3 exchanges: one this gateway forgot, or one whose lease had lapsed when this
-// one started), whose totals are history too; what that one took while forgotten is not counted. No clocks are compared but for leases. A
-// gateway that stops deletes its object; one that died is forgotten when its lease runs out, and
-// its object deleted an hour later.
+// exchange number when it entered, and counts what the publisher took since its last landed write
+// before that: an entry another gateway has not seen before is therefore all new consumption —
+// except on that gateway's own first exchange, which takes what is already published as history,
+// and for a gateway first seen after a long life (more than 3 exchanges: one this gateway forgot,
+// or one whose lease had lapsed when this one started), whose totals are history too; what that
+// one took while forgotten is not counted. No clocks are compared but for leases. A gateway that
+// stops deletes its object; one that died is forgotten when its lease runs out, and its object
+// deleted an hour later.
 //
 //   RateShare share(store, &limiter, wall_seconds, {.id = ledger.id()});
 //   every second: if (Status s = share.Sync(); !s.ok()) log(s);   // limits stay local meanwhile
@@ -70,9 +71,8 @@ class RateShare {
   // within the window and starts over (new `since`, totals from `base`) when it comes back.
   struct Published {
     int64_t since = 0;
-    RateTotals base;  // this gateway's totals when the scope (re-)entered publication
-    RateTotals last;     // this gateway's totals at the last exchange that published it
-    RateTotals written;  // ... and at the last one whose write landed
+    RateTotals base;     // subtracted from this gateway's totals while published
+    RateTotals written;  // this gateway's totals at its last exchange whose write landed
     bool live = false;
   };
   struct Seen {

@@ -277,32 +277,42 @@ TEST(AsyncClientTest, RefusedIsUnavailableAndSlowIsDeadlineExceeded) {
   EXPECT_EQ(proxy.Get("/x")["code"], "INVALID_ARGUMENT");
 }
 
-// A raw TCP upstream that answers each connection with `reply` and closes it.
+// A listening TCP socket on 127.0.0.1 and an ephemeral port (for the raw upstreams below).
+int ListenOnLoopback(uint16_t* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(::listen(fd, 16), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+// A raw TCP upstream: runs `serve` on each connection it accepts, one at a time, then closes it.
 class RawUpstream {
  public:
-  explicit RawUpstream(std::string reply) : reply_(std::move(reply)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::listen(fd_, 16), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+  explicit RawUpstream(std::function<void(int fd)> serve) : serve_(std::move(serve)) {
+    fd_ = ListenOnLoopback(&port_);
     thread_ = std::thread([this] {
       for (;;) {
         int c = ::accept(fd_, nullptr, nullptr);
         if (c < 0) return;
-        char buf[4096];
-        if (!reply_.empty()) {
-          (void)!::read(c, buf, sizeof buf);  // the request (small, one read)
-          (void)!::write(c, reply_.data(), reply_.size());
-        }
+        serve_(c);
         ::close(c);
       }
     });
   }
+  // Answers each connection's request with `reply` ("" = closes without a byte).
+  explicit RawUpstream(std::string reply)
+      : RawUpstream([reply = std::move(reply)](int c) {
+          if (reply.empty()) return;
+          char buf[4096];
+          (void)!::read(c, buf, sizeof buf);  // the request (small, one read)
+          (void)!::write(c, reply.data(), reply.size());
+        }) {}
   ~RawUpstream() {
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
@@ -311,7 +321,7 @@ class RawUpstream {
   std::string host_port() const { return "127.0.0.1:" + std::to_string(port_); }
 
  private:
-  std::string reply_;
+  std::function<void(int)> serve_;
   int fd_;
   uint16_t port_;
   std::thread thread_;
@@ -336,49 +346,22 @@ TEST(AsyncClientTest, ClosedUpstreamConnectionBeforeAndAfterTheHead) {
   EXPECT_EQ(cut["idle"], 0);
 }
 
-// A raw keep-alive upstream: on each request of a connection it plays the next script (pieces
-// of bytes, each after a delay), and keeps the connection open.
-class ScriptedUpstream {
- public:
-  using Script = std::vector<std::pair<std::chrono::milliseconds, std::string>>;
-  explicit ScriptedUpstream(std::vector<Script> scripts) : scripts_(std::move(scripts)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::listen(fd_, 16), 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] {
-      int c = ::accept(fd_, nullptr, nullptr);  // one connection is enough for these tests
-      if (c < 0) return;
-      char buf[4096];
-      for (const Script& script : scripts_) {
-        if (::read(c, buf, sizeof buf) <= 0) break;
-        for (const auto& [delay, bytes] : script) {
-          std::this_thread::sleep_for(delay);
-          (void)!::write(c, bytes.data(), bytes.size());
-        }
+// A keep-alive exchange for RawUpstream: on each request of the connection it plays the next
+// script (pieces of bytes, each after a delay), then waits for the client to close.
+using Script = std::vector<std::pair<std::chrono::milliseconds, std::string>>;
+std::function<void(int)> Scripted(std::vector<Script> scripts) {
+  return [scripts = std::move(scripts)](int c) {
+    char buf[4096];
+    for (const Script& script : scripts) {
+      if (::read(c, buf, sizeof buf) <= 0) return;
+      for (const auto& [delay, bytes] : script) {
+        std::this_thread::sleep_for(delay);
+        (void)!::write(c, bytes.data(), bytes.size());
       }
-      (void)!::read(c, buf, sizeof buf);  // until the client closes
-      ::close(c);
-    });
-  }
-  ~ScriptedUpstream() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  std::string host_port() const { return "127.0.0.1:" + std::to_string(port_); }
-
- private:
-  std::vector<Script> scripts_;
-  int fd_;
-  uint16_t port_;
-  std::thread thread_;
-};
+    }
+    (void)!::read(c, buf, sizeof buf);  // until the client closes
+  };
+}
 
 std::string Ok(std::string_view body) {
   return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
@@ -390,10 +373,10 @@ std::string Ok(std::string_view body) {
 // On a new connection too (the first request): an interim 100 is skipped for the final answer.
 TEST(AsyncClientTest, NewConnectionSkipsInterimAnswers) {
   using std::chrono::milliseconds;
-  ScriptedUpstream up({
+  RawUpstream up(Scripted({
       {{milliseconds(0), "HTTP/1.1 100 Continue\r\n\r\n"}, {milliseconds(50), Ok("final")}},
       {{milliseconds(0), Ok("next")}},
-  });
+  }));
   Proxy proxy([&] { return up.host_port(); }, {});
   json first = proxy.Get("/1");
   EXPECT_EQ(first["code"], "OK") << first;
@@ -407,13 +390,13 @@ TEST(AsyncClientTest, NewConnectionSkipsInterimAnswers) {
 
 TEST(AsyncClientTest, PooledExchangeSkipsInterimAnswersAndTimesHeadAndBodyApart) {
   using std::chrono::milliseconds;
-  ScriptedUpstream up({
+  RawUpstream up(Scripted({
       {{milliseconds(0), Ok("first")}},
       {{milliseconds(0), "HTTP/1.1 100 Continue\r\n\r\n"}, {milliseconds(50), Ok("second")}},
       {{milliseconds(0), Ok("third")}},
       {{milliseconds(250), "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n"}, {milliseconds(250), "late"}},
       {{milliseconds(450), Ok("too late")}},
-  });
+  }));
   Proxy proxy([&] { return up.host_port(); }, {.timeout = milliseconds(400)});
   json first = proxy.Get("/1");
   EXPECT_EQ(first["body"], "first") << first;
