@@ -899,6 +899,7 @@ void Gateway::Background() {
 
 // The store exchanges, on their own thread so that slow scrapes cannot hold the leases back.
 void Gateway::Syncer() {
+  int64_t next_prune_us = clock_->NowMicros() + kRatePrunePeriodUs;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(bg_mu_);
@@ -917,7 +918,16 @@ void Gateway::Syncer() {
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gateway: rate share failed: %s\n", e.what());
     }
+    if (clock_->NowMicros() >= next_prune_us) {
+      next_prune_us = clock_->NowMicros() + kRatePrunePeriodUs;
+      PruneRateScopes();
+    }
   }
+}
+
+void Gateway::PruneRateScopes() {
+  std::vector<std::string> dropped = limiter_.Prune(kRateIdleUs);
+  if (rates_ != nullptr) rates_->Forget(dropped);
 }
 
 StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(Gateway* gateway, http::ServerOptions options,

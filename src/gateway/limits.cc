@@ -145,4 +145,42 @@ void RateLimiter::Debit(const std::string& scope, const RateTotals& taken) {
   if (taken.tokens != 0) DebitBucket(tpm_, scope, taken.tokens, taken.tpm, now);
 }
 
+std::vector<std::string> RateLimiter::Prune(int64_t idle_us) {
+  const int64_t now = clock_->NowMicros();
+  std::lock_guard<std::mutex> lock(mu_);
+  // A bucket may go when this limiter has not used it for `idle_us` and it has refilled to its
+  // limit: a bucket made again later starts full, as this one would answer.
+  auto idle_and_full = [&](std::unordered_map<std::string, Bucket>& buckets, const std::string& name) {
+    auto it = buckets.find(name);
+    if (it == buckets.end()) return true;
+    Bucket& b = it->second;
+    if (b.touched_us >= 0 && b.touched_us > now - idle_us) return false;
+    if (!b.init) return true;
+    Refill(b, b.limit, now);
+    return b.level >= static_cast<double>(b.limit);
+  };
+  std::vector<std::string> candidates;
+  for (const auto* buckets : {&rpm_, &tpm_}) {
+    for (const auto& [name, b] : *buckets) candidates.push_back(name);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::vector<std::string> dropped;
+  for (const std::string& name : candidates) {
+    if (idle_and_full(rpm_, name) && idle_and_full(tpm_, name)) {
+      rpm_.erase(name);
+      tpm_.erase(name);
+      dropped.push_back(name);
+    }
+  }
+  return dropped;
+}
+
+size_t RateLimiter::Scopes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = rpm_.size();
+  for (const auto& [name, b] : tpm_) n += rpm_.contains(name) ? 0 : 1;
+  return n;
+}
+
 }  // namespace aicloud::gateway

@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/clock.h"
 #include "gateway/access.h"
@@ -72,6 +73,12 @@ class RateLimiter {
   // taken from this limiter's buckets now; a scope not seen here yet gets its buckets (full, at
   // those limits) first, so the debt refills here as it would there.
   void Debit(const std::string& scope, const RateTotals& taken);
+
+  // Drops the buckets of scopes nobody here used for `idle_us` that are full again (so forgetting
+  // them changes no answer), and returns those scopes: their totals start over from zero if they
+  // come back (RateShare forgets what it published for them). Keeps memory to the scopes in use.
+  std::vector<std::string> Prune(int64_t idle_us);
+  size_t Scopes() const;  // scopes with a bucket (tests, metrics)
 
  private:
   struct Bucket {

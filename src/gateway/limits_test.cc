@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <span>
@@ -15,6 +16,8 @@
 
 namespace aicloud::gateway {
 namespace {
+
+int AdmitMany(RateLimiter& rl, std::span<const LimitScope> s, int tries, int64_t tokens = 0);
 
 TEST(RateLimiter, RpmBucketBurstsThenRefills) {
   FakeClock clock;
@@ -45,6 +48,42 @@ TEST(RateLimiter, AllOrNothingAcrossScopesAndTpmAdjust) {
   RateVerdict big = rl.Admit(s, 5000);
   EXPECT_FALSE(big.ok);
   EXPECT_NE(big.message.find("more than key k1 allows per minute"), std::string::npos) << big.message;
+}
+
+// Buckets of scopes nobody uses go once they are full again; those in use, or still below their
+// limit (own requests or another gateway's debit), stay, and a pruned scope comes back full.
+TEST(RateLimiter, PruneDropsIdleFullBucketsOnly) {
+  FakeClock clock;
+  RateLimiter rl(&clock);
+  Limits l{.rpm = 60, .tpm = 6000};
+  std::vector<LimitScope> idle = {{"key idle", &l}}, busy = {{"key busy", &l}};
+  for (int i = 0; i < 1000; ++i) {
+    Limits one{.rpm = 10};
+    std::vector<LimitScope> s = {{"key once-" + std::to_string(i), &one}};
+    ASSERT_TRUE(rl.Admit(s, 0).ok);
+  }
+  EXPECT_EQ(AdmitMany(rl, idle, 60, 100), 60);  // empties its rpm bucket
+  rl.Debit("key elsewhere", {.requests = 1000, .rpm = 60});  // ten minutes of debt (the most kept)
+  EXPECT_EQ(rl.Scopes(), 1002u);
+  EXPECT_TRUE(rl.Prune(600 * kMicrosPerSecond).empty());  // nothing idle for ten minutes yet
+
+  clock.Advance(300 * kMicrosPerSecond);
+  EXPECT_TRUE(rl.Admit(busy, 10).ok);
+  clock.Advance(301 * kMicrosPerSecond);
+  std::vector<std::string> dropped = rl.Prune(600 * kMicrosPerSecond);
+  EXPECT_EQ(dropped.size(), 1001u);  // the one-off keys and "key idle", refilled long ago
+  EXPECT_EQ(std::count(dropped.begin(), dropped.end(), "key idle"), 1);
+  EXPECT_EQ(std::count(dropped.begin(), dropped.end(), "key busy"), 0);       // used 301 s ago
+  EXPECT_EQ(std::count(dropped.begin(), dropped.end(), "key elsewhere"), 0);  // still in debt
+  EXPECT_EQ(rl.Scopes(), 2u);
+  EXPECT_EQ(AdmitMany(rl, idle, 70, 100), 60);  // back, with a full bucket (not less, not more)
+  std::vector<LimitScope> elsewhere = {{"key elsewhere", &l}};
+  EXPECT_EQ(AdmitMany(rl, elsewhere, 5), 1);  // the debt still holds it back: -600 + 601 s of refill
+
+  clock.Advance(3600 * kMicrosPerSecond);  // all refilled; "key idle" was used an hour ago
+  EXPECT_EQ(rl.Prune(600 * kMicrosPerSecond).size(), 3u);
+  EXPECT_EQ(rl.Scopes(), 0u);
+  EXPECT_TRUE(rl.Totals(7200 * kMicrosPerSecond).empty());
 }
 
 TEST(BudgetLedger, ReserveSettleAndPeriods) {
@@ -402,7 +441,7 @@ struct SharedPair {
   }
 };
 
-int AdmitMany(RateLimiter& rl, std::span<const LimitScope> s, int tries, int64_t tokens = 0) {
+int AdmitMany(RateLimiter& rl, std::span<const LimitScope> s, int tries, int64_t tokens) {
   int n = 0;
   for (int i = 0; i < tries; ++i) n += rl.Admit(s, tokens).ok ? 1 : 0;
   return n;
@@ -486,6 +525,39 @@ TEST(RateShare, NewcomersBaselineAndScopesThatComeBackStartOver) {
   ++p.wall;
   p.SyncBoth();
   EXPECT_EQ(AdmitMany(p.b, k2, 60), 57);  // 3 taken, not 10
+}
+
+// A scope pruned on one gateway (idle, full) starts its totals over there; the others must count
+// what it takes afterwards from zero, neither refunding the old total nor missing the new use.
+TEST(RateShare, APrunedScopeComesBackCountedFromZero) {
+  SharedPair p;
+  Limits l{.rpm = 60};
+  std::vector<LimitScope> k = {{"key k", &l}};
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.a, k, 40), 40);
+  ++p.wall;
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.b, k, 60), 20);  // b saw a's 40
+
+  p.clock.Advance(700 * kMicrosPerSecond);  // everything full again; k idle on both for 700 s
+  p.wall += 700;
+  p.SyncBoth();
+  std::vector<std::string> dropped = p.a.Prune(600 * kMicrosPerSecond);
+  ASSERT_EQ(dropped, std::vector<std::string>{"key k"});
+  p.sa.Forget(dropped);
+  EXPECT_EQ(p.sa.PublishedScopes(), 0u);
+  p.sb.Forget(p.b.Prune(600 * kMicrosPerSecond));
+  ++p.wall;
+  p.SyncBoth();
+
+  EXPECT_EQ(AdmitMany(p.a, k, 25), 25);  // a's totals for k restart at 0
+  ++p.wall;
+  p.SyncBoth();
+  EXPECT_EQ(AdmitMany(p.b, k, 60), 35);  // 60 - 25: not 60 - 25 + 40 (a refund), not 60
+  ++p.wall;
+  p.SyncBoth();  // b publishes its 35 after a has looked; a sees them at its next look
+  ASSERT_TRUE(p.sa.Sync().ok());
+  EXPECT_EQ(AdmitMany(p.a, k, 10), 0);  // and a sees b's 35
 }
 
 // A scope only other gateways serve has its buckets here too, refilling as theirs do: the first

@@ -27,6 +27,16 @@ RateShare::RateShare(store::Store* store, RateLimiter* limiter, std::function<in
                      RateShareOptions options)
     : store_(store), limiter_(limiter), wall_seconds_(std::move(wall_seconds)), options_(std::move(options)) {}
 
+void RateShare::Forget(const std::vector<std::string>& scopes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& scope : scopes) published_.erase(scope);
+}
+
+size_t RateShare::PublishedScopes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return published_.size();
+}
+
 int RateShare::Peers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(std::count_if(peers_.begin(), peers_.end(), [](const auto& p) { return p.second.alive; }));

@@ -37,6 +37,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/status.h"
 #include "gateway/limits.h"
@@ -62,6 +63,12 @@ class RateShare {
   Status Sync();
   // Deletes this gateway's object (a gateway stopping).
   Status Release();
+
+  // Forgets what was published for scopes the limiter pruned (RateLimiter::Prune): their totals
+  // start over from zero, so if one comes back it enters the object afresh (a new `since`).
+  void Forget(const std::vector<std::string>& scopes);
+  // Scopes with publication state (tests).
+  size_t PublishedScopes() const;
 
   // Gateways seen alive at the last exchange, this one excluded (tests, metrics).
   int Peers() const;
