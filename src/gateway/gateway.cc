@@ -330,14 +330,11 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   call.rec.team = call.who.team;
 
   // 2. What is asked.
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return Refuse(call, "bad_request", OpenAiError(400, "invalid_json", "body: expected a JSON object"));
-  }
-  StatusOr<RequestInfo> info = ParseRequestInfo(body, endpoint);
+  StatusOr<RequestInfo> info = ParseRequestInfo(req.body, endpoint);
   if (!info.ok()) {
     const Status st = info.status();
     const std::string& m = st.message();
+    if (m.starts_with("body:")) return Refuse(call, "bad_request", OpenAiError(400, "invalid_json", m));
     return Refuse(call, "bad_request", OpenAiError(400, "invalid_request", m, m.substr(0, m.find(':'))));
   }
   call.info = std::move(*info);
@@ -362,9 +359,26 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
                               "model"));
   }
 
-  // 4. Rate limits: 1 request and the token estimate, from key and tenant at once.
+  // 4. The body to send: the engine's model name for an alias, usage asked for in streams,
+  // and max_tokens when a budget depends on it.
   const bool budgeted = call.who.key_limits.HasBudget() || call.who.tenant_limits.HasBudget();
   const bool inject_max = budgeted && !call.info.max_tokens && endpoint != Endpoint::kEmbeddings;
+  const bool alias = adapter.empty() && call.info.model != route->base_model;
+  const bool want_usage = call.info.stream && !call.info.include_usage;
+  if (alias || want_usage || inject_max) {
+    // Rewritten through a document. The text was read above; the two parsers agree on JSON, so a
+    // refusal here is a defect of one of them, and the request does not go out unrewritten.
+    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (!body.is_object()) {
+      return Refuse(call, "bad_request", OpenAiError(400, "invalid_json", "body: cannot be rewritten for the engine"));
+    }
+    if (alias) body["model"] = route->base_model;
+    if (want_usage) body["stream_options"]["include_usage"] = true;
+    if (inject_max) body["max_tokens"] = options_.default_max_tokens;
+    call.body = body.dump();
+  }
+
+  // 5. Rate limits: 1 request and the token estimate, from key and tenant at once.
   call.max_tokens = call.info.max_tokens.value_or(endpoint == Endpoint::kEmbeddings ? 0 : options_.default_max_tokens);
   call.prompt_estimate = call.info.PromptTokensUpperBound();
   call.estimate = call.prompt_estimate + call.info.CompletionTokensBound(call.max_tokens);
@@ -374,7 +388,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
     if (!v.ok) return Refuse(call, "rate_limit", OpenAiError(429, "rate_limit_exceeded", v.message, {}, v.retry_after_s));
   }
 
-  // 5. Budgets: reserve the worst case on key and tenant at once.
+  // 6. Budgets: reserve the worst case on key and tenant at once.
   if (budgeted) {
     const double cost = (static_cast<double>(call.prompt_estimate) * route->prompt_price_per_m +
                          static_cast<double>(call.info.CompletionTokensBound(call.max_tokens)) * route->completion_price_per_m) / 1e6;
@@ -402,23 +416,12 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
     call.reservation = std::move(*r);
   }
   call.settled = false;
+  if (call.body.empty()) call.body = std::move(req.body);  // not before: a request admitted again on a worker reads it again
 
   // Admitted: the deployment is in use (scale to zero counts idleness from the last of these;
   // refused requests do not keep it up).
   deps_.directory->NoteActivity(route->deployment);
 
-  // 6. The body to send: the engine's model name for an alias, usage asked for in streams,
-  // and max_tokens when a budget depends on it.
-  const bool alias = adapter.empty() && call.info.model != route->base_model;
-  const bool want_usage = call.info.stream && !call.info.include_usage;
-  if (alias || want_usage || inject_max) {
-    if (alias) body["model"] = route->base_model;
-    if (want_usage) body["stream_options"]["include_usage"] = true;
-    if (inject_max) body["max_tokens"] = options_.default_max_tokens;
-    call.body = body.dump();
-  } else {
-    call.body = std::move(req.body);
-  }
   if (options_.policy == "prefix" || options_.policy == "score") {
     call.prefix = PrefixHashes(call.info.prompt_text, options_.prefix_block_bytes, options_.router.max_prefix_blocks);
   }

@@ -3,24 +3,62 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <simdjson.h>
 
 namespace aicloud::gateway {
 
 namespace {
 
+namespace dom = simdjson::dom;
 using nlohmann::json;
 
 constexpr int64_t kMaxTokensBound = 100'000'000;
+// Documents up to this size are parsed with a parser kept per thread (it keeps the capacity of
+// the largest); larger ones get their own, freed afterwards.
+constexpr size_t kKeepParserBytes = size_t{1} << 20;
 
-void AppendContent(const json& content, RequestInfo* info) {
+// Parses `text` and hands the result (a document or an error) to `use`, which must not parse
+// again before it is done with the document.
+template <class Use>
+auto ParseJson(std::string_view text, Use&& use) {
+  if (text.size() > kKeepParserBytes) {
+    dom::parser parser;
+    simdjson::padded_string copy(text);
+    return use(parser.parse(copy));
+  }
+  thread_local dom::parser parser;
+  thread_local std::string padded;  // the text with the zone simdjson may read past its end
+  padded.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+  padded.assign(text.data(), text.size());
+  return use(parser.parse(padded.data(), padded.size(), /*realloc_if_needed=*/false));
+}
+
+// The value of the LAST member named `key`, as a parsed document keeps it (and as the engines,
+// which read the body after the gateway, see it).
+std::optional<dom::element> Member(dom::object o, std::string_view key) {
+  std::optional<dom::element> v;
+  for (dom::key_value_pair kv : o) {
+    if (kv.key == key) v = kv.value;
+  }
+  return v;
+}
+
+bool IsNull(const std::optional<dom::element>& v) { return !v || v->is_null(); }
+
+// A signed integer, as the field's type allows it (an unsigned one above INT64_MAX is not).
+std::optional<int64_t> Integer(dom::element v) {
+  return v.type() == dom::element_type::INT64 ? std::optional(int64_t(v)) : std::nullopt;
+}
+
+void AppendContent(dom::element content, RequestInfo* info) {
   if (content.is_string()) {
-    info->prompt_text.append(content.get_ref<const std::string&>());
+    info->prompt_text.append(std::string_view(content));
   } else if (content.is_array()) {  // [{"type": "text", "text": "..."}, {"type": "image_url", ...}]
-    for (const json& part : content) {
+    for (dom::element part : dom::array(content)) {
       if (!part.is_object()) continue;
-      auto text = part.find("text");
-      if (text != part.end() && text->is_string()) {
-        info->prompt_text.append(text->get_ref<const std::string&>());
+      std::optional<dom::element> text = Member(dom::object(part), "text");
+      if (text && text->is_string()) {
+        info->prompt_text.append(std::string_view(*text));
       } else {
         info->extra_prompt_tokens += kImageTokensBound;  // an image (or audio, file) part
       }
@@ -29,25 +67,124 @@ void AppendContent(const json& content, RequestInfo* info) {
 }
 
 // Bytes of a field a chat template renders into the prompt as JSON (tools, a tool call...).
-int64_t JsonBytes(const json& body, const char* field) {
-  auto it = body.find(field);
-  return it == body.end() || it->is_null() ? 0 : static_cast<int64_t>(it->dump().size());
+int64_t JsonBytes(dom::object o, std::string_view field) {
+  std::optional<dom::element> v = Member(o, field);
+  return IsNull(v) ? 0 : static_cast<int64_t>(simdjson::minify(*v).size());
 }
 
 // A completion prompt or an embedding input: a string, a list of strings, token ids, or a list
 // of token-id lists.
-void AppendPrompt(const json& p, RequestInfo* info) {
+void AppendPrompt(dom::element p, RequestInfo* info) {
   if (p.is_string()) {
-    info->prompt_text.append(p.get_ref<const std::string&>());
+    info->prompt_text.append(std::string_view(p));
   } else if (p.is_array()) {
     int64_t prompts = 0;  // a list of strings or of token-id lists is that many prompts
-    for (const json& x : p) {
-      if (x.is_string()) info->prompt_text.append(x.get_ref<const std::string&>()), ++prompts;
-      else if (x.is_number_integer()) ++info->prompt_token_ids;
-      else if (x.is_array()) info->prompt_token_ids += static_cast<int64_t>(x.size()), ++prompts;
+    for (dom::element x : dom::array(p)) {
+      if (x.is_string()) info->prompt_text.append(std::string_view(x)), ++prompts;
+      else if (x.is_int64() || x.is_uint64()) ++info->prompt_token_ids;
+      else if (x.is_array()) info->prompt_token_ids += static_cast<int64_t>(dom::array(x).size()), ++prompts;
     }
     info->prompts = std::max<int64_t>(1, prompts);
   }
+}
+
+StatusOr<RequestInfo> RequestInfoOf(dom::object body, Endpoint endpoint) {
+  RequestInfo info;
+  std::optional<dom::element> m = Member(body, "model");
+  if (!m || !m->is_string() || std::string_view(*m).empty()) return InvalidArgumentError("model: required, a string");
+  info.model = std::string(std::string_view(*m));
+  if (std::optional<dom::element> s = Member(body, "stream"); !IsNull(s)) {
+    if (!s->is_bool()) return InvalidArgumentError("stream: must be a boolean");
+    info.stream = bool(*s);
+  }
+  if (std::optional<dom::element> so = Member(body, "stream_options"); so && so->is_object()) {
+    std::optional<dom::element> iu = Member(dom::object(*so), "include_usage");
+    if (!IsNull(iu)) {
+      if (!iu->is_bool()) return InvalidArgumentError("stream_options.include_usage: must be a boolean");
+      info.include_usage = bool(*iu);
+    }
+  }
+  for (const char* field : {"max_completion_tokens", "max_tokens"}) {
+    std::optional<dom::element> t = Member(body, field);
+    if (IsNull(t)) continue;
+    // Bounded so that prompt + max_tokens * n (a budget reservation) cannot overflow.
+    std::optional<int64_t> v = Integer(*t);
+    if (!v || *v < 0 || *v > kMaxTokensBound) {
+      return InvalidArgumentError(std::string(field) + ": must be an integer from 0 to " + std::to_string(kMaxTokensBound));
+    }
+    info.max_tokens = *v;
+    break;
+  }
+  if (std::optional<dom::element> n = Member(body, "n"); !IsNull(n)) {
+    std::optional<int64_t> v = Integer(*n);
+    if (!v || *v < 1 || *v > 128) return InvalidArgumentError("n: must be an integer from 1 to 128");
+    info.n = *v;
+  }
+  switch (endpoint) {
+    case Endpoint::kChat: {
+      std::optional<dom::element> msgs = Member(body, "messages");
+      if (!msgs || !msgs->is_array()) return InvalidArgumentError("messages: required, a list");
+      for (dom::element msg : dom::array(*msgs)) {
+        if (!msg.is_object()) return InvalidArgumentError("messages: each message must be an object");
+        const dom::object mo(msg);
+        ++info.messages;
+        if (std::optional<dom::element> r = Member(mo, "role"); r && r->is_string()) info.prompt_text.append(std::string_view(*r));
+        info.prompt_text.push_back('\n');
+        if (std::optional<dom::element> c = Member(mo, "content")) AppendContent(*c, &info);
+        info.prompt_text.push_back('\n');
+        info.extra_prompt_tokens += JsonBytes(mo, "tool_calls") + JsonBytes(mo, "function_call") + JsonBytes(mo, "name");
+      }
+      for (const char* field : {"tools", "functions", "tool_choice", "response_format"}) {
+        info.extra_prompt_tokens += JsonBytes(body, field);
+      }
+      break;
+    }
+    case Endpoint::kCompletions:
+      if (std::optional<dom::element> p = Member(body, "prompt")) AppendPrompt(*p, &info);
+      break;
+    case Endpoint::kEmbeddings:
+      if (std::optional<dom::element> p = Member(body, "input")) AppendPrompt(*p, &info);
+      info.max_tokens = 0;
+      break;
+  }
+  return info;
+}
+
+// simdjson refuses numbers beyond 64-bit integers and doubles (an integer with 30 digits) that
+// other parsers read as floats; such a text is read once more through nlohmann's document, whose
+// text those numbers leave as floats simdjson takes. nullopt when that does not help.
+std::optional<std::string> Renormalized(simdjson::error_code e, std::string_view text, bool retried) {
+  if (retried || e != simdjson::NUMBER_ERROR) return std::nullopt;
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return std::nullopt;
+  return doc.dump();
+}
+
+StatusOr<RequestInfo> ReadRequestInfo(std::string_view body, Endpoint endpoint, bool retried) {
+  return ParseJson(body, [&](simdjson::simdjson_result<dom::element> doc) -> StatusOr<RequestInfo> {
+    if (std::optional<std::string> again = Renormalized(doc.error(), body, retried)) return ReadRequestInfo(*again, endpoint, true);
+    if (doc.error()) return InvalidArgumentError(std::string("body: not valid JSON (") + simdjson::error_message(doc.error()) + ")");
+    dom::object o;
+    if (doc.get_object().get(o)) return InvalidArgumentError("body: expected a JSON object");
+    return RequestInfoOf(o, endpoint);
+  });
+}
+
+std::optional<TokenUsage> ReadUsage(std::string_view body, bool retried) {
+  return ParseJson(body, [&](simdjson::simdjson_result<dom::element> doc) -> std::optional<TokenUsage> {
+    if (std::optional<std::string> again = Renormalized(doc.error(), body, retried)) return ReadUsage(*again, true);
+    dom::object o;
+    if (doc.get_object().get(o)) return std::nullopt;
+    std::optional<dom::element> u = Member(o, "usage");
+    if (!u || !u->is_object()) return std::nullopt;
+    // UsageOf's rules: a count that is not an integer counts 0, a negative one too (and an
+    // unsigned one above INT64_MAX, which UsageOf's conversion makes negative).
+    auto count = [&](std::string_view key) -> int64_t {
+      std::optional<dom::element> v = Member(dom::object(*u), key);
+      return v && v->is_int64() ? std::max<int64_t>(0, int64_t(*v)) : 0;
+    };
+    return TokenUsage{count("prompt_tokens"), count("completion_tokens")};
+  });
 }
 
 }  // namespace
@@ -66,67 +203,8 @@ int64_t RequestInfo::PromptTokensUpperBound() const {
          8 * static_cast<int64_t>(messages) + 16;
 }
 
-StatusOr<RequestInfo> ParseRequestInfo(const json& body, Endpoint endpoint) {
-  RequestInfo info;
-  auto m = body.find("model");
-  if (m == body.end() || !m->is_string() || m->get_ref<const std::string&>().empty()) {
-    return InvalidArgumentError("model: required, a string");
-  }
-  info.model = m->get<std::string>();
-  if (auto s = body.find("stream"); s != body.end() && !s->is_null()) {
-    if (!s->is_boolean()) return InvalidArgumentError("stream: must be a boolean");
-    info.stream = s->get<bool>();
-  }
-  if (auto so = body.find("stream_options"); so != body.end() && so->is_object()) {
-    auto iu = so->find("include_usage");
-    if (iu != so->end() && !iu->is_null()) {
-      if (!iu->is_boolean()) return InvalidArgumentError("stream_options.include_usage: must be a boolean");
-      info.include_usage = iu->get<bool>();
-    }
-  }
-  for (const char* field : {"max_completion_tokens", "max_tokens"}) {
-    auto t = body.find(field);
-    if (t == body.end() || t->is_null()) continue;
-    // Bounded so that prompt + max_tokens * n (a budget reservation) cannot overflow.
-    if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > kMaxTokensBound) {
-      return InvalidArgumentError(std::string(field) + ": must be an integer from 0 to " + std::to_string(kMaxTokensBound));
-    }
-    info.max_tokens = t->get<int64_t>();
-    break;
-  }
-  if (auto n = body.find("n"); n != body.end() && !n->is_null()) {
-    if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > 128) {
-      return InvalidArgumentError("n: must be an integer from 1 to 128");
-    }
-    info.n = n->get<int64_t>();
-  }
-  switch (endpoint) {
-    case Endpoint::kChat: {
-      auto msgs = body.find("messages");
-      if (msgs == body.end() || !msgs->is_array()) return InvalidArgumentError("messages: required, a list");
-      for (const json& msg : *msgs) {
-        if (!msg.is_object()) return InvalidArgumentError("messages: each message must be an object");
-        ++info.messages;
-        if (auto r = msg.find("role"); r != msg.end() && r->is_string()) info.prompt_text.append(r->get_ref<const std::string&>());
-        info.prompt_text.push_back('\n');
-        if (auto c = msg.find("content"); c != msg.end()) AppendContent(*c, &info);
-        info.prompt_text.push_back('\n');
-        info.extra_prompt_tokens += JsonBytes(msg, "tool_calls") + JsonBytes(msg, "function_call") + JsonBytes(msg, "name");
-      }
-      for (const char* field : {"tools", "functions", "tool_choice", "response_format"}) {
-        info.extra_prompt_tokens += JsonBytes(body, field);
-      }
-      break;
-    }
-    case Endpoint::kCompletions:
-      if (auto p = body.find("prompt"); p != body.end()) AppendPrompt(*p, &info);
-      break;
-    case Endpoint::kEmbeddings:
-      if (auto p = body.find("input"); p != body.end()) AppendPrompt(*p, &info);
-      info.max_tokens = 0;
-      break;
-  }
-  return info;
+StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, Endpoint endpoint) {
+  return ReadRequestInfo(body, endpoint, /*retried=*/false);
 }
 
 std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks) {
@@ -161,96 +239,6 @@ std::optional<TokenUsage> UsageOf(const json& body) {
   return t;
 }
 
-namespace {
-
-// SAX events of one document; keeps the top-level "usage" object's two counts, last one winning
-// as in a parsed document, with UsageOf's rules for their types.
-class UsageSax {
- public:
-  using number_integer_t = json::number_integer_t;
-  using number_unsigned_t = json::number_unsigned_t;
-  using number_float_t = json::number_float_t;
-  using string_t = json::string_t;
-  using binary_t = json::binary_t;
-
-  std::optional<TokenUsage> result() const { return top_object_ && has_usage_ ? std::optional(usage_) : std::nullopt; }
-
-  bool null() { return Value(); }
-  bool boolean(bool) { return Value(); }
-  bool number_integer(number_integer_t v) { return Count(std::max<int64_t>(0, v)); }
-  bool number_unsigned(number_unsigned_t v) {
-    return Count(v <= static_cast<number_unsigned_t>(std::numeric_limits<int64_t>::max()) ? static_cast<int64_t>(v) : 0);
-  }
-  bool number_float(number_float_t, const string_t&) { return Value(); }
-  bool string(string_t&) { return Value(); }
-  bool binary(binary_t&) { return Value(); }
-  bool start_object(std::size_t) {
-    if (depth_ == 2 && in_usage_) Count(0);  // a count that is an object counts 0
-    if (depth_ == 0) top_object_ = true;
-    if (depth_ == 1 && key_ == kUsage) {
-      has_usage_ = true;  // a later "usage" replaces an earlier one, as in a document
-      usage_ = {};
-      in_usage_ = true;
-    } else if (depth_ == 1) {
-      NotUsage();
-    }
-    ++depth_;
-    key_ = kOther;
-    return true;
-  }
-  bool end_object() {
-    if (--depth_ == 1) in_usage_ = false;
-    return true;
-  }
-  bool start_array(std::size_t) {
-    if (depth_ == 2 && in_usage_) Count(0);
-    if (depth_ == 1) NotUsage();
-    ++depth_;
-    return true;
-  }
-  bool end_array() {
-    --depth_;
-    return true;
-  }
-  bool key(string_t& k) {
-    if (depth_ == 1) key_ = k == "usage" ? kUsage : kOther;
-    if (depth_ == 2 && in_usage_) key_ = k == "prompt_tokens" ? kPrompt : k == "completion_tokens" ? kCompletion : kOther;
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
-    top_object_ = false;
-    return false;
-  }
-
- private:
-  enum Key { kOther, kUsage, kPrompt, kCompletion };
-  // A scalar at `depth_`: a top-level "usage" that is not an object cancels an earlier one; a
-  // count of another type counts 0.
-  bool Value() { return Count(0); }
-  bool Count(int64_t v) {
-    if (depth_ == 1) NotUsage();
-    if (depth_ == 2 && in_usage_) {
-      if (key_ == kPrompt) usage_.prompt_tokens = v;
-      if (key_ == kCompletion) usage_.completion_tokens = v;
-    }
-    return true;
-  }
-  void NotUsage() {
-    if (key_ == kUsage) has_usage_ = false;
-  }
-
-  int depth_ = 0;
-  Key key_ = kOther;
-  bool top_object_ = false, has_usage_ = false, in_usage_ = false;
-  TokenUsage usage_;
-};
-
-}  // namespace
-
-std::optional<TokenUsage> UsageOfText(std::string_view body) {
-  UsageSax sax;
-  if (!json::sax_parse(body.begin(), body.end(), &sax)) return std::nullopt;
-  return sax.result();
-}
+std::optional<TokenUsage> UsageOfText(std::string_view body) { return ReadUsage(body, /*retried=*/false); }
 
 }  // namespace aicloud::gateway

@@ -55,8 +55,10 @@ struct RequestInfo {
 inline constexpr int64_t kImageTokensBound = 8192;
 
 // INVALID_ARGUMENT naming the field ("model: required, a string") for what the gateway itself
-// needs; everything else is left to the engine to judge.
-StatusOr<RequestInfo> ParseRequestInfo(const nlohmann::json& body, Endpoint endpoint);
+// needs, or "body: ..." for text that is not a JSON object; everything else is left to the
+// engine to judge. Of a member given twice the last counts, as in a parsed document. Read with
+// simdjson, without building a document (a long prompt costs ~0.1 ns per byte, not ~20).
+StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, Endpoint endpoint);
 
 std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks);
 
@@ -65,8 +67,8 @@ struct TokenUsage {
 };
 // The `usage` object of a completion response or of a stream's final chunk, if present.
 std::optional<TokenUsage> UsageOf(const nlohmann::json& body);
-// The same, read from the text without building a document (the unary answer's path: the body
-// is passed on as it came, only two numbers of it are needed). nullopt for malformed JSON.
+// The same, read from the text with simdjson (the unary answer's path: the body is passed on as
+// it came, only two numbers of it are needed). nullopt for malformed JSON.
 std::optional<TokenUsage> UsageOfText(std::string_view body);
 
 }  // namespace aicloud::gateway

@@ -33,6 +33,11 @@ TEST(Usage, TextReaderAgreesWithTheDocumentReader) {
            "",
            "not json",
            "{}",
+           // Numbers simdjson does not take but documents read as floats (or refuse: 1e400).
+           R"({"usage":{"prompt_tokens":6,"completion_tokens":2},"seed":123456789012345678901234567890})",
+           R"({"usage":{"prompt_tokens":123456789012345678901234567890,"completion_tokens":2}})",
+           R"({"usage":{"prompt_tokens":6},"x":1e400})",
+           R"({"usage":{"prompt_tokens":6},"x":"\ud800"})",
        }) {
     const json doc = json::parse(body, nullptr, false);
     std::optional<TokenUsage> want = UsageOf(doc), got = UsageOfText(body);
@@ -51,7 +56,7 @@ TEST(RequestInfo, ChatPromptAndEstimateIsAnUpperBound) {
                {"max_tokens", 20},
                {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
-  StatusOr<RequestInfo> r = ParseRequestInfo(body, Endpoint::kChat);
+  StatusOr<RequestInfo> r = ParseRequestInfo(body.dump(), Endpoint::kChat);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->prompt_text, "system\nbe brief\nuser\nhello\n");
   EXPECT_TRUE(r->stream);
@@ -69,7 +74,7 @@ TEST(RequestInfo, ToolsImagesAndBatchedPromptsAreInTheBound) {
                              {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({{{"id", "c"}}})}}}},
                {"tools", tools},
                {"response_format", {{"type", "json_object"}}}};
-  StatusOr<RequestInfo> r = ParseRequestInfo(chat, Endpoint::kChat);
+  StatusOr<RequestInfo> r = ParseRequestInfo(chat.dump(), Endpoint::kChat);
   ASSERT_TRUE(r.ok()) << r.status();
   const int64_t extra = kImageTokensBound + static_cast<int64_t>(json::array({{{"id", "c"}}}).dump().size()) +
                         static_cast<int64_t>(tools.dump().size()) +
@@ -77,7 +82,7 @@ TEST(RequestInfo, ToolsImagesAndBatchedPromptsAreInTheBound) {
   EXPECT_EQ(r->extra_prompt_tokens, extra);
   EXPECT_EQ(r->PromptTokensUpperBound(), static_cast<int64_t>(r->prompt_text.size()) + extra + 2 * 8 + 16);
   StatusOr<RequestInfo> batch =
-      ParseRequestInfo({{"model", "m"}, {"prompt", {"a", "b", "c"}}, {"n", 2}}, Endpoint::kCompletions);
+      ParseRequestInfo(json{{"model", "m"}, {"prompt", {"a", "b", "c"}}, {"n", 2}}.dump(), Endpoint::kCompletions);
   ASSERT_TRUE(batch.ok());
   EXPECT_EQ(batch->prompts, 3);
   EXPECT_EQ(batch->CompletionTokensBound(100), 600);
@@ -86,10 +91,34 @@ TEST(RequestInfo, ToolsImagesAndBatchedPromptsAreInTheBound) {
 }
 
 TEST(RequestInfo, CompletionTokenIdsCountExactly) {
-  StatusOr<RequestInfo> r = ParseRequestInfo({{"model", "m"}, {"prompt", {1, 2, 3}}}, Endpoint::kCompletions);
+  StatusOr<RequestInfo> r = ParseRequestInfo(json{{"model", "m"}, {"prompt", {1, 2, 3}}}.dump(), Endpoint::kCompletions);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->prompt_token_ids, 3);
   EXPECT_FALSE(r->max_tokens.has_value());
+}
+
+// The text is read as a document reads it: the last of a repeated member counts, numbers other
+// parsers take as floats are taken, and what is not JSON says so.
+TEST(RequestInfo, ReadsTheTextAsADocumentWould) {
+  StatusOr<RequestInfo> r = ParseRequestInfo(
+      R"({"model":"a","max_tokens":5,"messages":[{"role":"user","content":"hi"}],"model":"b","max_tokens":7,"seed":123456789012345678901234567890})",
+      Endpoint::kChat);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, "b");
+  EXPECT_EQ(r->max_tokens, 7);
+  EXPECT_EQ(r->prompt_text, "user\nhi\n");
+  StatusOr<RequestInfo> bad = ParseRequestInfo(R"({"model":"m",)", Endpoint::kChat);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind("body: not valid JSON (", 0), 0u) << bad.status().message();
+  StatusOr<RequestInfo> arr = ParseRequestInfo("[1]", Endpoint::kChat);
+  ASSERT_FALSE(arr.ok());
+  EXPECT_EQ(arr.status().message(), "body: expected a JSON object");
+  EXPECT_FALSE(ParseRequestInfo(R"({"model":"m","x":1e400})", Endpoint::kCompletions).ok());  // no parser takes it
+  // A large document (beyond the per-thread parser's size) reads the same.
+  std::string big = R"({"model":"m","prompt":")" + std::string(3 << 20, 'x') + R"("})";
+  StatusOr<RequestInfo> large = ParseRequestInfo(big, Endpoint::kCompletions);
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_EQ(large->prompt_text.size(), size_t{3} << 20);
 }
 
 TEST(RequestInfo, BadFieldsAreNamed) {
@@ -112,7 +141,7 @@ TEST(RequestInfo, BadFieldsAreNamed) {
        "stream_options.include_usage: must be a boolean"},
   };
   for (const Case& c : cases) {
-    StatusOr<RequestInfo> r = ParseRequestInfo(c.body, c.ep);
+    StatusOr<RequestInfo> r = ParseRequestInfo(c.body.dump(), c.ep);
     ASSERT_FALSE(r.ok()) << c.body.dump();
     EXPECT_NE(r.status().message().find(c.want), std::string::npos) << r.status().message();
   }

@@ -1,0 +1,70 @@
+// What the gateway reads from a request body (model, stream, max_tokens, the prompt text) and
+// from an answer (usage), against building the whole nlohmann document of the same text, which
+// is what both took before they were read with simdjson. Chat bodies of a few sizes: a short
+// question, a 4 KiB and a 64 KiB RAG prompt, a 1 MiB one (beyond the per-thread parser).
+//
+//   gateway_parse_bench                       # all
+//   gateway_parse_bench --benchmark_filter=Request
+#include <benchmark/benchmark.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gateway/request.h"
+
+namespace {
+
+using aicloud::gateway::Endpoint;
+using nlohmann::json;
+
+std::string ChatBody(size_t content_bytes) {
+  std::string content;
+  static constexpr std::string_view kWords[] = {"the ", "context ", "says ", "that ", "GPU ", "memory ", "is ", "42 ", "GiB. "};
+  for (size_t i = 0; content.size() < content_bytes; ++i) content += kWords[i % std::size(kWords)];
+  content.resize(content_bytes);
+  return json{{"model", "llama-3-8b"},
+              {"messages", {{{"role", "system"}, {"content", "Answer from the context."}}, {{"role", "user"}, {"content", content}}}},
+              {"max_tokens", 256},
+              {"temperature", 0.2},
+              {"stream", false}}
+      .dump();
+}
+
+const std::string kAnswer =
+    R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,)"
+    R"("message":{"role":"assistant","content":"Hello! I am a stub upstream answering quickly."},"finish_reason":"stop"}],)"
+    R"("usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21}})";
+
+void BM_RequestInfo(benchmark::State& state) {
+  const std::string body = ChatBody(static_cast<size_t>(state.range(0)));
+  for (auto _ : state) {
+    auto info = aicloud::gateway::ParseRequestInfo(body, Endpoint::kChat);
+    benchmark::DoNotOptimize(info);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
+}
+BENCHMARK(BM_RequestInfo)->Arg(64)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
+
+void BM_RequestDocument(benchmark::State& state) {  // the baseline: the document alone
+  const std::string body = ChatBody(static_cast<size_t>(state.range(0)));
+  for (auto _ : state) {
+    json doc = json::parse(body, nullptr, false);
+    benchmark::DoNotOptimize(doc);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
+}
+BENCHMARK(BM_RequestDocument)->Arg(64)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
+
+void BM_UsageOfText(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(aicloud::gateway::UsageOfText(kAnswer));
+}
+BENCHMARK(BM_UsageOfText);
+
+void BM_UsageOfDocument(benchmark::State& state) {  // the baseline
+  for (auto _ : state) benchmark::DoNotOptimize(aicloud::gateway::UsageOf(json::parse(kAnswer, nullptr, false)));
+}
+BENCHMARK(BM_UsageOfDocument);
+
+}  // namespace
+
+BENCHMARK_MAIN();
