@@ -190,6 +190,106 @@ TEST(ServerTest, MalformedRequestIs400AndClosed) {
   EXPECT_NE(out.find("pong"), std::string::npos);
 }
 
+int ConnectLoopback(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void Send(int fd, std::string_view bytes) { (void)!::write(fd, bytes.data(), bytes.size()); }
+
+// Reads until the server closes, 5 s pass, or `until` has arrived.
+std::string ReadFrom(int fd, std::string_view until = {}) {
+  std::string out;
+  char buf[4096];
+  while (until.empty() || out.find(until) == std::string::npos) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+int Count(const std::string& s, std::string_view what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// How a plain connection reads requests: in pieces, several in one write, with "100 Continue",
+// and what happens to a client that stops mid-header (cut off after the idle timeout, no answer)
+// or closes mid-header (no answer); the server serves on.
+TEST(ServerTest, RequestsInPiecesPipelinedContinuedAndCutOff) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); }, {.idle_timeout = std::chrono::seconds(1)});
+  ASSERT_TRUE(server);
+  const uint16_t port = server->port();
+
+  int fd = ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  Send(fd, "POST /echo/a HTTP/1.1\r\nHost: x\r\nCont");
+  std::this_thread::sleep_for(50ms);
+  Send(fd, "ent-Length: 7\r\nConnection: close\r\n\r\n{\"a\":");
+  std::this_thread::sleep_for(50ms);
+  Send(fd, "1}");
+  std::string out = ReadFrom(fd);
+  ::close(fd);
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 200")) << out;
+  EXPECT_NE(out.find(R"("body":{"a":1})"), std::string::npos) << out;
+
+  fd = ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  Send(fd, "GET /ping HTTP/1.1\r\nHost: x\r\n\r\nPOST /echo/b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+           "GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  out = ReadFrom(fd);
+  ::close(fd);
+  EXPECT_EQ(Count(out, "HTTP/1.1 200"), 3) << out;
+  EXPECT_EQ(Count(out, "pong"), 2) << out;
+  EXPECT_LT(out.find("pong"), out.find(R"("name":"b")")) << out;  // answered in order
+
+  fd = ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  Send(fd, "POST /echo/c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 7\r\nConnection: close\r\n\r\n");
+  out = ReadFrom(fd, "\r\n\r\n");
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 100 Continue")) << out;
+  Send(fd, R"({"c":3})");
+  out = ReadFrom(fd);
+  ::close(fd);
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 200")) << out;
+  EXPECT_NE(out.find(R"("name":"c")"), std::string::npos) << out;
+
+  fd = ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  Send(fd, "GET /ping HTTP/1.1\r\nHo");
+  const auto t0 = std::chrono::steady_clock::now();
+  out = ReadFrom(fd);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  EXPECT_EQ(out, "");
+  EXPECT_GE(waited, 0.9);  // the idle timeout (1 s) ...
+  EXPECT_LE(waited, 2.5);  // ... and at most a quarter more, with room for a busy machine
+
+  fd = ConnectLoopback(port);
+  ASSERT_GE(fd, 0);
+  Send(fd, "GET /ping HTTP/1.1\r\nHo");
+  ::shutdown(fd, SHUT_WR);
+  out = ReadFrom(fd);
+  ::close(fd);
+  EXPECT_EQ(out, "");  // a partial request gets no answer
+
+  out = RawExchange(port, "GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 200")) << out;
+}
+
 TEST(ServerTest, BlockingHandlerDoesNotBlockOthers) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
