@@ -1,7 +1,9 @@
 // What the gateway reads from a request body (model, stream, max_tokens, the prompt text) and
 // from an answer (usage), against building the whole nlohmann document of the same text, which
-// is what both took before they were read with simdjson. Chat bodies of a few sizes: a short
-// question, a 4 KiB and a 64 KiB RAG prompt, a 1 MiB one (beyond the per-thread parser).
+// is what both took before they were read with simdjson; and the rewrite of a body (a stream's
+// include_usage, an alias's model name) written from the parsed tape, against the document
+// rewrite (parse, edit, dump). Chat bodies of a few sizes: a short question, a 4 KiB and a
+// 64 KiB RAG prompt, a 1 MiB one (beyond the per-thread parser).
 //
 //   gateway_parse_bench                       # all
 //   gateway_parse_bench --benchmark_filter=Request
@@ -54,6 +56,32 @@ void BM_RequestDocument(benchmark::State& state) {  // the baseline: the documen
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
 }
 BENCHMARK(BM_RequestDocument)->Arg(64)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
+
+// A stream's body gets include_usage (and an alias its model name): written from the tape, against
+// the document rewrite (parse, edit, dump) it replaced.
+void BM_RewriteBody(benchmark::State& state) {
+  const std::string body = ChatBody(static_cast<size_t>(state.range(0)));
+  const aicloud::gateway::BodyEdits edits{.model = "llama-3-8b-instruct", .include_usage = true};
+  for (auto _ : state) {
+    auto out = aicloud::gateway::RewriteBody(body, edits);
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
+}
+BENCHMARK(BM_RewriteBody)->Arg(64)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
+
+void BM_RewriteDocument(benchmark::State& state) {  // the baseline
+  const std::string body = ChatBody(static_cast<size_t>(state.range(0)));
+  for (auto _ : state) {
+    json doc = json::parse(body, nullptr, false);
+    doc["model"] = "llama-3-8b-instruct";
+    doc["stream_options"]["include_usage"] = true;
+    std::string out = doc.dump();
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
+}
+BENCHMARK(BM_RewriteDocument)->Arg(64)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
 
 void BM_UsageOfText(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(aicloud::gateway::UsageOfText(kAnswer));

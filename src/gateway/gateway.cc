@@ -365,17 +365,14 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   const bool inject_max = budgeted && !call.info.max_tokens && endpoint != Endpoint::kEmbeddings;
   const bool alias = adapter.empty() && call.info.model != route->base_model;
   const bool want_usage = call.info.stream && !call.info.include_usage;
-  if (alias || want_usage || inject_max) {
-    // Rewritten through a document. The text was read above; the two parsers agree on JSON, so a
-    // refusal here is a defect of one of them, and the request does not go out unrewritten.
-    json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-    if (!body.is_object()) {
-      return Refuse(call, "bad_request", OpenAiError(400, "invalid_json", "body: cannot be rewritten for the engine"));
-    }
-    if (alias) body["model"] = route->base_model;
-    if (want_usage) body["stream_options"]["include_usage"] = true;
-    if (inject_max) body["max_tokens"] = options_.default_max_tokens;
-    call.body = body.dump();
+  BodyEdits edits;
+  if (alias) edits.model = route->base_model;
+  edits.include_usage = want_usage;
+  if (inject_max) edits.max_tokens = options_.default_max_tokens;
+  if (edits.any()) {
+    StatusOr<std::string> rewritten = RewriteBody(req.body, edits);
+    if (!rewritten.ok()) return Refuse(call, "bad_request", OpenAiError(400, "invalid_json", rewritten.status().message()));
+    call.body = std::move(*rewritten);
   }
 
   // 5. Rate limits: 1 request and the token estimate, from key and tenant at once.

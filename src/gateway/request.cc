@@ -97,7 +97,8 @@ StatusOr<RequestInfo> RequestInfoOf(dom::object body, Endpoint endpoint) {
     if (!s->is_bool()) return InvalidArgumentError("stream: must be a boolean");
     info.stream = bool(*s);
   }
-  if (std::optional<dom::element> so = Member(body, "stream_options"); so && so->is_object()) {
+  if (std::optional<dom::element> so = Member(body, "stream_options"); !IsNull(so)) {
+    if (!so->is_object()) return InvalidArgumentError("stream_options: must be an object");
     std::optional<dom::element> iu = Member(dom::object(*so), "include_usage");
     if (!IsNull(iu)) {
       if (!iu->is_bool()) return InvalidArgumentError("stream_options.include_usage: must be a boolean");
@@ -187,6 +188,73 @@ std::optional<TokenUsage> ReadUsage(std::string_view body, bool retried) {
   });
 }
 
+
+// A JSON string literal of `text` (valid UTF-8: it came out of a parsed document).
+void AppendString(std::string& out, std::string_view text) { out += json(std::string(text)).dump(); }
+
+// BodyEdits made through an nlohmann document: the path for texts simdjson refuses.
+StatusOr<std::string> RewriteDocument(std::string_view body, const BodyEdits& edits) {
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return InvalidArgumentError("body: expected a JSON object");
+  if (edits.model) doc["model"] = *edits.model;
+  if (edits.include_usage) {
+    json& so = doc["stream_options"];
+    if (!so.is_object()) so = json::object();
+    so["include_usage"] = true;
+  }
+  if (edits.max_tokens) doc["max_tokens"] = *edits.max_tokens;
+  return doc.dump();
+}
+
+StatusOr<std::string> Rewrite(std::string_view body, const BodyEdits& edits) {
+  return ParseJson(body, [&](simdjson::simdjson_result<dom::element> doc) -> StatusOr<std::string> {
+    if (doc.error() == simdjson::NUMBER_ERROR) return RewriteDocument(body, edits);
+    dom::object o;
+    if (doc.get_object().get(o)) return InvalidArgumentError("body: expected a JSON object");
+    std::string out;
+    out.reserve(body.size() + 96);
+    out += '{';
+    auto member = [&](std::string_view key) {
+      if (out.size() > 1) out += ',';
+      AppendString(out, key);
+      out += ':';
+    };
+    std::optional<dom::element> stream_options;
+    for (dom::key_value_pair kv : o) {
+      if ((edits.model && kv.key == "model") || (edits.max_tokens && kv.key == "max_tokens")) continue;
+      if (edits.include_usage && kv.key == "stream_options") {
+        stream_options = kv.value;  // the last one counts
+        continue;
+      }
+      member(kv.key);
+      out += simdjson::minify(kv.value);
+    }
+    if (edits.model) {
+      member("model");
+      AppendString(out, *edits.model);
+    }
+    if (edits.include_usage) {
+      member("stream_options");
+      out += '{';
+      if (stream_options && stream_options->is_object()) {
+        for (dom::key_value_pair kv : dom::object(*stream_options)) {
+          if (kv.key == "include_usage") continue;
+          AppendString(out, kv.key);
+          out += ':';
+          out += simdjson::minify(kv.value);
+          out += ',';
+        }
+      }
+      out += "\"include_usage\":true}";
+    }
+    if (edits.max_tokens) {
+      member("max_tokens");
+      out += std::to_string(*edits.max_tokens);
+    }
+    out += '}';
+    return out;
+  });
+}
 }  // namespace
 
 const char* EndpointName(Endpoint e) {
@@ -206,6 +274,8 @@ int64_t RequestInfo::PromptTokensUpperBound() const {
 StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, Endpoint endpoint) {
   return ReadRequestInfo(body, endpoint, /*retried=*/false);
 }
+
+StatusOr<std::string> RewriteBody(std::string_view body, const BodyEdits& edits) { return Rewrite(body, edits); }
 
 std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks) {
   std::vector<uint64_t> out;

@@ -60,6 +60,21 @@ inline constexpr int64_t kImageTokensBound = 8192;
 // simdjson, without building a document (a long prompt costs ~0.1 ns per byte, not ~20).
 StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, Endpoint endpoint);
 
+// What the gateway changes in a body before sending it on: the engine's model name for an alias,
+// include_usage asked for in a stream, max_tokens when a budget depends on it.
+struct BodyEdits {
+  std::optional<std::string> model;
+  bool include_usage = false;
+  std::optional<int64_t> max_tokens;
+  bool any() const { return model || include_usage || max_tokens; }
+};
+
+// `body` (a JSON object, as ParseRequestInfo accepted it) with the edits made: the other members
+// keep their order and values (written compactly); an edited member appears once, at the end,
+// and stream_options keeps its other members. Written from the simdjson tape, not through a
+// document. INVALID_ARGUMENT for a body that is not a JSON object.
+StatusOr<std::string> RewriteBody(std::string_view body, const BodyEdits& edits);
+
 std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks);
 
 struct TokenUsage {

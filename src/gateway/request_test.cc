@@ -121,6 +121,45 @@ TEST(RequestInfo, ReadsTheTextAsADocumentWould) {
   EXPECT_EQ(large->prompt_text.size(), size_t{3} << 20);
 }
 
+// The rewritten text reads as the same document an nlohmann rewrite gives (members' order aside),
+// for every combination of edits, with repeated members, escapes, a stream_options with other
+// members, one that is null, and numbers simdjson refuses.
+TEST(RequestInfo, RewrittenBodyIsTheDocumentWithTheEdits) {
+  const char* bodies[] = {
+      R"({"model":"alias","messages":[{"role":"user","content":"h\u00e9 \"q\" \\ \n é"}],"temperature":0.25,"stop":["\u0000"]})",
+      R"({"model":"a","model":"b","max_tokens":3,"max_tokens":null,"stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":false}})",
+      R"({"stream_options":null,"n":2,"logit_bias":{"50256":-100},"x":[1,2.5e-7,{"y":[]}]})",
+      R"({"stream_options":{"a":1},"stream_options":{"include_usage":false,"b":[true]},"messages":[]})",
+      R"({"seed":123456789012345678901234567890,"model":"m"})",
+      R"({})",
+  };
+  for (const char* body : bodies) {
+    for (int mask = 1; mask < 8; ++mask) {
+      BodyEdits e;
+      if (mask & 1) e.model = "base \"model\"";
+      e.include_usage = (mask & 2) != 0;
+      if (mask & 4) e.max_tokens = 1024;
+      StatusOr<std::string> got = RewriteBody(body, e);
+      ASSERT_TRUE(got.ok()) << body << ": " << got.status();
+      json want = json::parse(body);
+      if (e.model) want["model"] = *e.model;
+      if (e.include_usage) {
+        if (!want["stream_options"].is_object()) want["stream_options"] = json::object();
+        want["stream_options"]["include_usage"] = true;
+      }
+      if (e.max_tokens) want["max_tokens"] = *e.max_tokens;
+      const json doc = json::parse(*got, nullptr, false);
+      ASSERT_FALSE(doc.is_discarded()) << *got;
+      EXPECT_EQ(doc, want) << body << " mask " << mask << " -> " << *got;
+    }
+  }
+  EXPECT_FALSE(RewriteBody("[1]", {.max_tokens = 5}).ok());
+  EXPECT_FALSE(RewriteBody("{", {.max_tokens = 5}).ok());
+  StatusOr<RequestInfo> r = ParseRequestInfo(R"({"model":"m","prompt":"x","stream_options":"yes"})", Endpoint::kCompletions);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "stream_options: must be an object");
+}
+
 TEST(RequestInfo, BadFieldsAreNamed) {
   struct Case {
     json body;
