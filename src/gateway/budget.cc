@@ -164,6 +164,7 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
         e.budget_cost = l.budget_cost;
         RollLocked(e, now);
         e.active = true;
+        e.used_at = now;
         ++e.reserves;
         if (FitsLocked(e, tokens, cost, now)) continue;
         // What is left for everyone: budget - spent - what others hold - ours (in flight and
@@ -239,6 +240,7 @@ void BudgetLedger::Settle(const BudgetReservation& r, int64_t tokens, double cos
   for (const BudgetReservation::Part& p : r.parts) {
     Entry& e = entries_[p.name];
     RollLocked(e, now);
+    e.used_at = now;
     if (p.period_start != e.period_start) continue;  // admitted in a period that is over
     e.reserved_tokens = std::max<int64_t>(0, e.reserved_tokens - r.tokens);
     e.reserved_cost = std::max(0.0, e.reserved_cost - r.cost);
@@ -434,6 +436,27 @@ Status BudgetLedger::Flush(bool release) {
     if (Status s = Sync(n, 0, 0, release); !s.ok() && first.ok()) first = Status(s.code(), n + ": " + s.message());
   }
   return first;
+}
+
+size_t BudgetLedger::Prune(int64_t idle_s) {
+  std::lock_guard<std::mutex> sync_lock(sync_mu_);  // no store round trip is between its reads
+  const int64_t now = wall_seconds_();
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::erase_if(entries_, [&](const auto& item) {
+    const Entry& e = item.second;
+    const bool holds = e.in_flight > 0 || e.reserved_tokens > 0 || e.reserved_cost > 0 || e.unflushed_tokens != 0 ||
+                       e.unflushed_cost != 0 || e.grant_tokens > 0 || e.grant_cost > 0 ||
+                       (store_ != nullptr && e.active) ||  // "reserved since the last sync": a store's
+                       e.sync_limit_tokens >= 0 || e.sync_limit_cost >= 0;
+    if (holds || now - e.used_at < idle_s) return false;
+    if (store_ != nullptr) return true;
+    return e.period_s > 0 && now >= e.period_start + e.period_s;
+  });
+}
+
+size_t BudgetLedger::Scopes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
 }
 
 }  // namespace aicloud::gateway

@@ -103,6 +103,14 @@ class BudgetLedger {
   // gateways need not wait for the lease to run out. No-op without a store.
   Status Flush(bool release = false);
 
+  // Forgets the scopes no request used for `idle_s` that hold nothing (no grant, nothing in flight
+  // or unsettled), so memory holds the scopes in use. With a store their numbers are in the
+  // shared objects and are read again on next use; without one a scope goes only once its period
+  // is over (its next use would start the period afresh anyway), and a lifetime budget never.
+  // Returns how many went.
+  size_t Prune(int64_t idle_s);
+  size_t Scopes() const;  // scopes held (tests, metrics)
+
   // The current period's numbers of `scope` (tests, metrics): spent is the shared total as of
   // this ledger's last look at the store plus what it settled since.
   BudgetUsage Usage(const std::string& scope) const;
@@ -135,6 +143,7 @@ class BudgetLedger {
     int64_t sync_limit_tokens = -1;
     double sync_limit_cost = -1;
     uint64_t reserves = 0;      // Reserve calls so far (to tell whether one came during a sync)
+    int64_t used_at = 0;        // wall seconds of the last Reserve or Settle
     bool active = false;        // reserved since the last sync
   };
   void RollLocked(Entry& e, int64_t now_s) const;

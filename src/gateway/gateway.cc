@@ -899,7 +899,7 @@ void Gateway::Background() {
 
 // The store exchanges, on their own thread so that slow scrapes cannot hold the leases back.
 void Gateway::Syncer() {
-  int64_t next_prune_us = clock_->NowMicros() + kRatePrunePeriodUs;
+  int64_t next_prune_us = clock_->NowMicros() + kPrunePeriodUs;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(bg_mu_);
@@ -919,15 +919,16 @@ void Gateway::Syncer() {
       std::fprintf(stderr, "gateway: rate share failed: %s\n", e.what());
     }
     if (clock_->NowMicros() >= next_prune_us) {
-      next_prune_us = clock_->NowMicros() + kRatePrunePeriodUs;
-      PruneRateScopes();
+      next_prune_us = clock_->NowMicros() + kPrunePeriodUs;
+      PruneIdleScopes();
     }
   }
 }
 
-void Gateway::PruneRateScopes() {
-  std::vector<std::string> dropped = limiter_.Prune(kRateIdleUs);
+void Gateway::PruneIdleScopes() {
+  std::vector<std::string> dropped = limiter_.Prune(kIdleScopeUs);
   if (rates_ != nullptr) rates_->Forget(dropped);
+  ledger_.Prune(kIdleScopeUs / 1'000'000);
 }
 
 StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(Gateway* gateway, http::ServerOptions options,

@@ -160,11 +160,12 @@ class Gateway {
   void Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks);
   void Background();  // scrapes the replicas' metrics
   void Syncer();      // budget flushes and rate exchanges with the store
-  // Drops the rate buckets of keys and tenants idle for kRateIdleUs (and full again), so the
-  // limiter holds the scopes in use, not every scope ever seen; the Syncer does it every minute.
-  void PruneRateScopes();
-  static constexpr int64_t kRateIdleUs = 600'000'000;  // RateShare's publication window
-  static constexpr int64_t kRatePrunePeriodUs = 60'000'000;
+  // Drops the rate buckets (full again) and budget entries (holding nothing) of keys and tenants
+  // idle for kIdleScopeUs, so memory holds the scopes in use, not every scope ever seen; the
+  // Syncer does it every minute.
+  void PruneIdleScopes();
+  static constexpr int64_t kIdleScopeUs = 600'000'000;  // RateShare's publication window
+  static constexpr int64_t kPrunePeriodUs = 60'000'000;
   int64_t WallSeconds() const;  // Unix seconds, from the injected clock
   static int64_t RateLeaseSeconds(const GatewayOptions& o);
 

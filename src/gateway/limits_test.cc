@@ -215,6 +215,48 @@ TEST(BudgetLedger, SurvivesRestartThroughTheStore) {
   EXPECT_NE(r.status().message().find("has 200 of 1000 tokens left"), std::string::npos) << r.status();
 }
 
+// Idle scopes are forgotten without losing what they spent: with a store it is read back on the
+// next use; without one a scope goes only once its period is over, and a lifetime budget stays.
+TEST(BudgetLedger, PruneForgetsIdleScopesAndLosesNoSpending) {
+  int64_t now = 86400 * 100 + 5;
+  BudgetLedger local(nullptr, [&] { return now; });
+  Limits hourly{.budget_tokens = 1000, .budget_period_s = 3600}, lifetime{.budget_tokens = 1000};
+  std::vector<BudgetScope> h = {{"key h", "t", &hourly}}, life = {{"key life", "t", &lifetime}};
+  StatusOr<BudgetReservation> a = local.Reserve(h, 400, 0), b = local.Reserve(life, 400, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  now += 700;
+  EXPECT_EQ(local.Prune(600), 0u);  // both in flight
+  local.Settle(*a, 300, 0);
+  local.Settle(*b, 300, 0);
+  now += 700;
+  EXPECT_EQ(local.Prune(600), 0u);  // idle, but the hour is not over: its spending is only here
+  EXPECT_EQ(local.Usage("key h").spent_tokens, 300);
+  now += 3600;
+  EXPECT_EQ(local.Prune(600), 1u);  // the hour is over; the lifetime budget stays
+  EXPECT_EQ(local.Scopes(), 1u);
+  EXPECT_EQ(local.Usage("key life").spent_tokens, 300);
+  EXPECT_FALSE(local.Reserve(life, 701, 0).ok());
+  EXPECT_TRUE(local.Reserve(h, 1000, 0).ok());  // a new hour
+
+  store::MemoryStore store;
+  BudgetLedger shared(&store, [&] { return now; });
+  ASSERT_TRUE(shared.Load().ok());
+  StatusOr<BudgetReservation> r = shared.Reserve(life, 500, 0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(shared.Flush().ok());
+  EXPECT_EQ(shared.Prune(0), 0u);  // in flight, and holding a grant
+  shared.Settle(*r, 450, 0);
+  ASSERT_TRUE(shared.Flush().ok());  // settles, shrinks the grant
+  ASSERT_TRUE(shared.Flush().ok());  // nothing reserved since: the grant goes
+  EXPECT_EQ(shared.Prune(600), 0u);  // used just now
+  now += 601;
+  EXPECT_EQ(shared.Prune(600), 1u);
+  EXPECT_EQ(shared.Scopes(), 0u);
+  StatusOr<BudgetReservation> over = shared.Reserve(life, 551, 0);  // 450 spent, read back
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("has 550 of 1000 tokens left"), std::string::npos) << over.status();
+}
+
 // Two gateways share one budget through the store: every request is checked in memory against
 // the gateway's grant, yet together they never spend more than the budget, and their spending
 // adds up in the shared object (no gateway overwrites the other's).
