@@ -118,7 +118,8 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
       upstream_({.timeout = options_.upstream_timeout, .max_idle_per_upstream = options_.max_idle_connections}) {
   if (deps_.store != nullptr) {
     rates_ = std::make_unique<RateShare>(deps_.store, &limiter_, [this] { return WallSeconds(); },
-                                         RateShareOptions{.id = ledger_.id(), .lease_s = RateLeaseSeconds(options_)});
+                                         RateShareOptions{.id = ledger_.id(), .lease_s = RateLeaseSeconds(options_),
+                                                          .window_s = kIdleScopeUs / 1'000'000});
   }
   std::random_device rd;
   char buf[32];
@@ -148,6 +149,13 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
                         std::lock_guard<std::mutex> lock(states_mu_);
                         for (const auto& [name, s] : states_) rows.push_back({{name}, static_cast<double>(s->held.load())});
                         return rows;
+                      });
+  metrics_.AddGaugeFn("aicloud_gateway_tracked_scopes",
+                      "Keys and tenants this gateway holds rate-limit buckets or budget entries for (idle ones are "
+                      "dropped after 10 minutes).",
+                      {"kind"}, [this] {
+                        return std::vector<std::pair<LabelValues, double>>{
+                            {{"rate"}, static_cast<double>(limiter_.Scopes())}, {{"budget"}, static_cast<double>(ledger_.Scopes())}};
                       });
   metrics_.AddGaugeFn("aicloud_gateway_upstream_in_flight", "Requests in flight per replica.", {"replica"}, [this] {
     std::vector<std::pair<LabelValues, double>> rows;

@@ -522,6 +522,39 @@ TEST(Gateway, TwoGatewaysShareOneBudgetThroughTheStore) {
 
 // A key's rpm holds across gateways: what one gateway admitted counts on the other once they have
 // exchanged totals (every flush period).
+// The Syncer forgets keys idle for 10 minutes: their rate buckets, what the rate exchange
+// published for them, their budget entries (the spending stays in the store).
+TEST(Gateway, IdleKeysAreForgottenAndTheirSpendingIsNot) {
+  FakeEngine e;
+  store::MemoryStore store;
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  Harness h(o, &store);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t", .key_limits = {.rpm = 10, .budget_tokens = 100000, .budget_period_s = 0}});
+  auto tracked = [&](const std::string& kind) {
+    const std::string text = h.gw->MetricsResponse().body;
+    const std::string label = "aicloud_gateway_tracked_scopes{kind=\"" + kind + "\"} ";
+    const size_t at = text.find(label);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + label.size()));
+  };
+  ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);
+  EXPECT_EQ(tracked("rate"), 1);
+  EXPECT_EQ(tracked("budget"), 1);
+  const int64_t spent = h.gw->ledger().Usage("key k").spent_tokens;
+  ASSERT_GT(spent, 0);
+  std::this_thread::sleep_for(milliseconds(300));  // flushes settle the spending and hand the grant back
+  h.clock.Advance(11 * 60 * kMicrosPerSecond);
+  for (int i = 0; i < 200 && (tracked("rate") != 0 || tracked("budget") != 0); ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(tracked("rate"), 0);
+  EXPECT_EQ(tracked("budget"), 0);
+  StatusOr<store::ListResult> rates = store.List({.kind = "GatewayRate"});
+  ASSERT_TRUE(rates.ok());
+  for (const store::json& obj : rates->items) EXPECT_FALSE(obj["status"]["scopes"].contains("key k")) << obj.dump();
+  ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);  // back: the spending is read from the store
+  EXPECT_GE(h.gw->ledger().Usage("key k").spent_tokens, 2 * spent);  // both requests, none lost
+}
+
 TEST(Gateway, TwoGatewaysShareOneRpmLimitThroughTheStore) {
   FakeEngine e;
   store::MemoryStore store;

@@ -159,12 +159,11 @@ std::vector<std::string> RateLimiter::Prune(int64_t idle_us) {
     Refill(b, b.limit, now);
     return b.level >= static_cast<double>(b.limit);
   };
-  std::vector<std::string> candidates;
-  for (const auto* buckets : {&rpm_, &tpm_}) {
-    for (const auto& [name, b] : *buckets) candidates.push_back(name);
+  std::vector<std::string> candidates;  // every scope once
+  for (const auto& [name, b] : rpm_) candidates.push_back(name);
+  for (const auto& [name, b] : tpm_) {
+    if (!rpm_.contains(name)) candidates.push_back(name);
   }
-  std::sort(candidates.begin(), candidates.end());
-  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   std::vector<std::string> dropped;
   for (const std::string& name : candidates) {
     if (idle_and_full(rpm_, name) && idle_and_full(tpm_, name)) {

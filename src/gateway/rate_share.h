@@ -15,7 +15,9 @@
 //
 // Deltas are taken per scope against the totals seen last time, so nothing is counted twice,
 // and nothing is lost while a gateway cannot write (the others catch up when it can; they keep
-// what they saw of a gateway whose lease lapsed for an hour). A scope enters a gateway's object
+// what they saw of a gateway whose lease lapsed for an hour) — unless the outage outlasts the
+// window and the limiter prunes the scope meanwhile (Forget): what was taken after the last
+// landed write is then not charged elsewhere. A scope enters a gateway's object
 // when used and leaves it after `window_s` idle; each entry carries `since`, the publisher's
 // exchange number when it entered, and counts what the publisher took since its last landed write
 // before that: an entry another gateway has not seen before is therefore all new consumption —

@@ -13,24 +13,64 @@ namespace dom = simdjson::dom;
 using nlohmann::json;
 
 constexpr int64_t kMaxTokensBound = 100'000'000;
-// Documents up to this size are parsed with a parser kept per thread (it keeps the capacity of
-// the largest); larger ones get their own, freed afterwards.
-constexpr size_t kKeepParserBytes = size_t{1} << 20;
+// Documents up to this size are parsed with the thread's parser, which keeps the capacity of the
+// largest it parsed (about 13 bytes per byte of text: under 1 MiB per thread); larger ones get
+// a parser of their own, freed afterwards.
+constexpr size_t kKeepParserBytes = size_t{64} << 10;
+// simdjson's default nesting limit; nlohmann's dump recurses once per level, so a text nested
+// deeper never reaches it (RewriteDocument, Renormalized).
+constexpr int kMaxDepth = static_cast<int>(simdjson::DEFAULT_MAX_DEPTH);
 
-// Parses `text` and hands the result (a document or an error) to `use`, which must not parse
-// again before it is done with the document.
+struct ThreadParser {
+  dom::parser parser;
+  std::string padded;  // the text, with the zone simdjson may read past its end
+};
+
+// Not in ParseJson: a template's thread_local is one per instantiation.
+ThreadParser& ThisThreadsParser() {
+  thread_local ThreadParser t;
+  return t;
+}
+
+// Parses `text` (after a UTF-8 byte order mark, which document parsers skip too) and hands the
+// result — a document or an error — to `use`, which must not parse again on this thread before it
+// is done with the document.
 template <class Use>
 auto ParseJson(std::string_view text, Use&& use) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   if (text.size() > kKeepParserBytes) {
     dom::parser parser;
     simdjson::padded_string copy(text);
     return use(parser.parse(copy));
   }
-  thread_local dom::parser parser;
-  thread_local std::string padded;  // the text with the zone simdjson may read past its end
-  padded.reserve(text.size() + simdjson::SIMDJSON_PADDING);
-  padded.assign(text.data(), text.size());
-  return use(parser.parse(padded.data(), padded.size(), /*realloc_if_needed=*/false));
+  ThreadParser& t = ThisThreadsParser();
+  t.padded.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+  t.padded.assign(text.data(), text.size());
+  return use(t.parser.parse(t.padded.data(), t.padded.size(), /*realloc_if_needed=*/false));
+}
+
+// Whether `text` nests no deeper than kMaxDepth (brackets outside strings).
+bool NestsWithinLimit(std::string_view text) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxDepth) return false;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return true;
 }
 
 // The value of the LAST member named `key`, as a parsed document keeps it (and as the engines,
@@ -155,7 +195,7 @@ StatusOr<RequestInfo> RequestInfoOf(dom::object body, Endpoint endpoint) {
 // other parsers read as floats; such a text is read once more through nlohmann's document, whose
 // text those numbers leave as floats simdjson takes. nullopt when that does not help.
 std::optional<std::string> Renormalized(simdjson::error_code e, std::string_view text, bool retried) {
-  if (retried || e != simdjson::NUMBER_ERROR) return std::nullopt;
+  if (retried || e != simdjson::NUMBER_ERROR || !NestsWithinLimit(text)) return std::nullopt;
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return std::nullopt;
   return doc.dump();
@@ -194,6 +234,7 @@ void AppendString(std::string& out, std::string_view text) { out += json(std::st
 
 // BodyEdits made through an nlohmann document: the path for texts simdjson refuses.
 StatusOr<std::string> RewriteDocument(std::string_view body, const BodyEdits& edits) {
+  if (!NestsWithinLimit(body)) return InvalidArgumentError("body: nested deeper than " + std::to_string(kMaxDepth) + " levels");
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return InvalidArgumentError("body: expected a JSON object");
   if (edits.model) doc["model"] = *edits.model;

@@ -114,6 +114,19 @@ TEST(RequestInfo, ReadsTheTextAsADocumentWould) {
   ASSERT_FALSE(arr.ok());
   EXPECT_EQ(arr.status().message(), "body: expected a JSON object");
   EXPECT_FALSE(ParseRequestInfo(R"({"model":"m","x":1e400})", Endpoint::kCompletions).ok());  // no parser takes it
+  // A byte order mark is skipped, as document parsers do.
+  StatusOr<RequestInfo> bom = ParseRequestInfo("\xEF\xBB\xBF{\"model\":\"m\",\"prompt\":\"x\"}", Endpoint::kCompletions);
+  ASSERT_TRUE(bom.ok()) << bom.status();
+  EXPECT_EQ(bom->model, "m");
+  // Nesting beyond 1024 levels is refused, also where a number sends the text through the
+  // document reader (whose writer recurses per level: 100,000 levels would overflow the stack).
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  for (const std::string& body : {R"({"model":"m","prompt":"x","d":)" + deep + "}",
+                                  R"({"model":"m","prompt":"x","seed":123456789012345678901234567890,"d":)" + deep + "}"}) {
+    EXPECT_FALSE(ParseRequestInfo(body, Endpoint::kCompletions).ok());
+    EXPECT_FALSE(UsageOfText(R"({"usage":{"prompt_tokens":1},"seed":123456789012345678901234567890,"d":)" + deep + "}"));
+    EXPECT_FALSE(RewriteBody(body, {.max_tokens = 5}).ok());
+  }
   // A large document (beyond the per-thread parser's size) reads the same.
   std::string big = R"({"model":"m","prompt":")" + std::string(3 << 20, 'x') + R"("})";
   StatusOr<RequestInfo> large = ParseRequestInfo(big, Endpoint::kCompletions);
