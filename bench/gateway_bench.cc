@@ -8,7 +8,7 @@
 //
 //   gateway_bench --rate 5000 --seconds 5 --rounds 4 [--connections 64] [--json out.json]
 //                 [--worker-path] [--stub-workers] [--proxy-threads N] [--only TARGET]
-//                 [--pin LOADGEN,STUB,PROXY] [--usage log|null]
+//                 [--pin LOADGEN,STUB,PROXY] [--usage log|null] [--prompt-bytes N]
 //
 // --worker-path adds a fourth target, "gw-worker": a second gateway with fast_path off, so every
 // request takes a worker thread and a blocking upstream client (the gateway before the fast path).
@@ -18,7 +18,9 @@
 // target besides direct (for profiling it). --pin puts the load generator, the stub's threads and
 // the proxies (the gateways' threads and nginx) each on its own CPU, so that on a machine with
 // cores to spare none of them waits for another's time slice (with --proxy-threads N > 1 the
-// proxies still share that one CPU, and nginx's CPU column counts its master only). Latency is measured from each request's scheduled
+// proxies still share that one CPU, and nginx's CPU column counts its master only).
+// --prompt-bytes pads the user message to N bytes (what a RAG prompt sends; default: a short
+// question, ~100-byte body). Latency is measured from each request's scheduled
 // send time (open loop: a late send counts against the system, so coordinated omission does not
 // hide queueing). Results: bench/RESULTS.md section 8.
 #include <arpa/inet.h>
@@ -75,6 +77,7 @@ struct Flags {
   int proxy_threads = 1;  // the gateway's I/O threads and nginx's worker processes
   std::string usage = "log";  // the gateways' usage sink: log (JSON lines to /dev/null) or null
   std::vector<int> pin;   // CPUs of the load generator, the stub and the proxies; empty: unpinned
+  size_t prompt_bytes = 0;  // pad the user message to this many bytes (a RAG-sized prompt)
 };
 
 // Binds the calling thread to `cpu`; threads and processes it starts afterwards inherit it.
@@ -305,6 +308,9 @@ pid_t StartNginx(const Flags& f, uint16_t stub_port, uint16_t port, std::string*
        << "events { worker_connections 4096; }\n"
        << "http {\n  access_log off;\n"
        << "  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n"
+       // Request bodies stay in memory (the default 16 KiB buffer sends a RAG-sized body to a
+       // temp file, which no operator proxying LLM traffic would leave so).
+       << "  client_body_buffer_size 1m;\n  client_max_body_size 16m;\n"
        << "  client_body_temp_path " << dir << "/body;\n  proxy_temp_path " << dir << "/proxy;\n"
        << "  fastcgi_temp_path " << dir << "/fcgi;\n  uwsgi_temp_path " << dir << "/uwsgi;\n"
        << "  scgi_temp_path " << dir << "/scgi;\n"
@@ -374,6 +380,7 @@ int Main(int argc, char** argv) {
     else if (a == "--only") f.only = val();
     else if (a == "--proxy-threads") f.proxy_threads = std::max(1, std::stoi(val()));
     else if (a == "--usage") f.usage = val();
+    else if (a == "--prompt-bytes") f.prompt_bytes = static_cast<size_t>(std::stoul(val()));
     else if (a == "--pin") {
       std::string v = val();
       for (size_t p = 0; p <= v.size();) {
@@ -390,7 +397,8 @@ int Main(int argc, char** argv) {
                    "usage: gateway_bench [--rate R] [--seconds S] [--warmup S] [--rounds N] [--connections C]\n"
                    "                     [--nginx PATH] [--policy P] [--no-limits] [--json FILE]\n"
                    "                     [--worker-path] [--stub-workers] [--only TARGET]\n"
-                   "                     [--proxy-threads N] [--pin LOADGEN,STUB,PROXY] [--usage log|null]\n");
+                   "                     [--proxy-threads N] [--pin LOADGEN,STUB,PROXY] [--usage log|null]\n"
+                   "                     [--prompt-bytes N]\n");
       return 2;
     }
   }
@@ -485,7 +493,10 @@ int Main(int argc, char** argv) {
   if (nginx == 0) std::fprintf(stderr, "nginx: skipped: %s\n", why.c_str());
   if (!f.pin.empty()) PinThisThread(f.pin[0]);
 
-  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"Hello, who are you?"}],"max_tokens":16})";
+  std::string content = "Hello, who are you?";
+  while (content.size() < f.prompt_bytes) content += " The context says the GPU has 80 GiB of memory.";
+  if (f.prompt_bytes > 0) content.resize(f.prompt_bytes);
+  const std::string body = nlohmann::json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", content}}}}, {"max_tokens", 16}}.dump();
   auto request = [&](uint16_t port) {
     return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
            "\r\nAuthorization: Bearer sk-bench\r\nContent-Type: application/json\r\nContent-Length: " +

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "gateway/request.h"
 
@@ -82,6 +84,33 @@ void BM_RewriteDocument(benchmark::State& state) {  // the baseline
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * body.size()));
 }
 BENCHMARK(BM_RewriteDocument)->Arg(64)->Arg(4 << 10)->Arg(64 << 10)->Arg(1 << 20);
+
+void BM_PrefixHashes(benchmark::State& state) {  // the prefix-affinity routers' block hashes
+  const std::string text(static_cast<size_t>(state.range(0)), 'x');
+  for (auto _ : state) benchmark::DoNotOptimize(aicloud::gateway::PrefixHashes(text, 256, 256));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
+}
+BENCHMARK(BM_PrefixHashes)->Arg(4 << 10)->Arg(64 << 10);
+
+// The baseline: the same chain with byte-wise FNV-1a-64, as the gateway hashed before.
+std::vector<uint64_t> FnvPrefixHashes(std::string_view text, size_t block_bytes, int max_blocks) {
+  std::vector<uint64_t> out;
+  uint64_t prev = 0xcbf29ce484222325ull;
+  for (size_t at = 0; at + block_bytes <= text.size() && static_cast<int>(out.size()) < max_blocks; at += block_bytes) {
+    uint64_t h = prev;
+    for (size_t i = at; i < at + block_bytes; ++i) h = (h ^ static_cast<unsigned char>(text[i])) * 0x100000001b3ull;
+    out.push_back(h);
+    prev = h;
+  }
+  return out;
+}
+
+void BM_PrefixHashesFnv(benchmark::State& state) {
+  const std::string text(static_cast<size_t>(state.range(0)), 'x');
+  for (auto _ : state) benchmark::DoNotOptimize(FnvPrefixHashes(text, 256, 256));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * text.size()));
+}
+BENCHMARK(BM_PrefixHashesFnv)->Arg(4 << 10)->Arg(64 << 10);
 
 void BM_UsageOfText(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(aicloud::gateway::UsageOfText(kAnswer));

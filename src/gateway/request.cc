@@ -4,6 +4,7 @@
 #include <limits>
 #include <optional>
 #include <simdjson.h>
+#include <xxhash.h>
 
 namespace aicloud::gateway {
 
@@ -321,15 +322,10 @@ StatusOr<std::string> RewriteBody(std::string_view body, const BodyEdits& edits)
 std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks) {
   std::vector<uint64_t> out;
   if (block_bytes == 0) return out;
-  uint64_t prev = 0xcbf29ce484222325ull;  // FNV offset basis
+  uint64_t prev = 0;
   for (size_t at = 0; at + block_bytes <= text.size() && static_cast<int>(out.size()) < max_blocks; at += block_bytes) {
-    uint64_t h = prev;
-    for (size_t i = at; i < at + block_bytes; ++i) {
-      h ^= static_cast<unsigned char>(text[i]);
-      h *= 0x100000001b3ull;  // FNV prime
-    }
-    out.push_back(h);
-    prev = h;
+    prev = XXH3_64bits_withSeed(text.data() + at, block_bytes, prev);
+    out.push_back(prev);
   }
   return out;
 }

@@ -10,8 +10,8 @@
 //
 // Prefix hashes (for the prefix-aware routers): the prompt text — for chat, "role\ncontent\n"
 // of each message in order — cut into fixed blocks of `block_bytes` bytes (256 bytes ≈ 64
-// tokens, GIE's default block), each hashed with FNV-1a-64 seeded by the previous block's hash,
-// so equal hashes mean equal prefixes. A trailing partial block is not hashed (it cannot be a
+// tokens, GIE's default block), each hashed with XXH3-64 seeded by the previous block's hash,
+// so equal hashes mean equal prefixes (~1 us for 64 KiB; byte-wise FNV-1a took ~80). A trailing partial block is not hashed (it cannot be a
 // full cached block on the engine either). At most `max_blocks` hashes.
 #pragma once
 
