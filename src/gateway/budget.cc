@@ -134,6 +134,7 @@ Status BudgetLedger::Load() {
       e.spent_tokens = IntField(st, "spentTokens");
       e.spent_cost = NumField(st, "spentCost");
       RollLocked(e, now);  // an object of a past period counts as nothing spent
+      e.used_at = now;     // kept for a while, like a scope just used
     }
     token = page->continue_token;
   } while (!token.empty());
@@ -238,7 +239,9 @@ void BudgetLedger::Settle(const BudgetReservation& r, int64_t tokens, double cos
   const int64_t now = wall_seconds_();
   std::lock_guard<std::mutex> lock(mu_);
   for (const BudgetReservation::Part& p : r.parts) {
-    Entry& e = entries_[p.name];
+    auto it = entries_.find(p.name);
+    if (it == entries_.end()) continue;  // pruned: then its period is over, and with it this reservation's
+    Entry& e = it->second;
     RollLocked(e, now);
     e.used_at = now;
     if (p.period_start != e.period_start) continue;  // admitted in a period that is over

@@ -164,8 +164,27 @@ TEST(RequestInfo, RewrittenBodyIsTheDocumentWithTheEdits) {
       const json doc = json::parse(*got, nullptr, false);
       ASSERT_FALSE(doc.is_discarded()) << *got;
       EXPECT_EQ(doc, want) << body << " mask " << mask << " -> " << *got;
+      // An edited member appears once (a document would hide a duplicate; an engine might not).
+      auto count = [&](std::string_view key) {
+        int n = 0;
+        for (size_t at = got->find(key); at != std::string::npos; at = got->find(key, at + 1)) ++n;
+        return n;
+      };
+      if (e.model) {
+        EXPECT_EQ(count(R"("model":)"), 1) << *got;
+      }
+      if (e.include_usage) {
+        EXPECT_EQ(count(R"("include_usage":)"), 1) << *got;
+      }
+      if (e.max_tokens) {
+        EXPECT_EQ(count(R"("max_tokens":)"), 1) << *got;
+      }
     }
   }
+  // Members keep their order; the edited ones come last, stream_options keeping its others.
+  EXPECT_EQ(*RewriteBody(R"({"stream_options":{"x":1,"include_usage":false},"model":"a","stream":true, "n" : 2})",
+                         {.model = "b", .include_usage = true}),
+            R"({"stream":true,"n":2,"model":"b","stream_options":{"x":1,"include_usage":true}})");
   EXPECT_FALSE(RewriteBody("[1]", {.max_tokens = 5}).ok());
   EXPECT_FALSE(RewriteBody("{", {.max_tokens = 5}).ok());
   StatusOr<RequestInfo> r = ParseRequestInfo(R"({"model":"m","prompt":"x","stream_options":"yes"})", Endpoint::kCompletions);

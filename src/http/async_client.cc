@@ -25,6 +25,9 @@ inline auto Redirect(error_code& ec) { return asio::redirect_error(use_awaitable
 
 Status DeadlineExceeded(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
 
+// Bytes asked of the socket per read of an answer.
+constexpr size_t kReadChunk = 16 * 1024;
+
 // One upstream connection and what was read past the last response (nothing, with HTTP/1.1
 // and no pipelining, but the parser needs a buffer that lives as long as the stream).
 struct Conn {
@@ -170,6 +173,8 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
       result.response.headers = HeadersOf(parser.get());
       if (!parser.is_done()) {
         conn->stream.expires_after(x->timeout);
+        // Room for large pieces (Beast reads the buffer's spare capacity, 512 bytes when none).
+        if (conn->buffer.capacity() - conn->buffer.size() < kReadChunk) conn->buffer.reserve(conn->buffer.size() + kReadChunk);
         co_await bhttp::async_read(conn->stream, conn->buffer, parser, Redirect(ec));
       }
       result.response.body = std::move(parser.get().body());
@@ -360,8 +365,6 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
       // A callback must not throw (see the header); an exception here would end the I/O thread.
     }
   }
-
-  static constexpr size_t kReadChunk = 16 * 1024;
 
   std::shared_ptr<Exchange> x_;
   std::unique_ptr<Conn> conn_;

@@ -25,6 +25,8 @@ Status DeadlineExceeded(std::string m) { return Status(StatusCode::kDeadlineExce
 
 class Client::Impl {
  public:
+  static constexpr size_t kReadBytes = 16 * 1024;  // room the read buffer keeps for an answer
+
   Impl(std::string base_url, ClientOptions options) : opts_(std::move(options)) {
     init_ = ParseUrl(base_url);
     if (init_.ok() && tls_) init_ = InitTls();
@@ -45,6 +47,9 @@ class Client::Impl {
         return Run([&](auto h) { bhttp::async_write(s, req, std::move(h)); });
       });
       if (!ec) {
+        // Beast reads what the buffer's spare capacity holds (512 bytes when it has none): give
+        // it room, so a large answer does not take hundreds of reads.
+        if (buffer_.capacity() < kReadBytes) buffer_.reserve(kReadBytes);
         ec = WithStream([&](auto& s) {
           return Run([&](auto h) { bhttp::async_read(s, buffer_, parser, std::move(h)); });
         });
@@ -102,6 +107,7 @@ class Client::Impl {
     if (head != nullptr) *head = head_local;
 
     std::vector<char> buf(16384);
+    if (buffer_.capacity() < kReadBytes) buffer_.reserve(kReadBytes);  // as in Send
     while (!parser->is_done()) {
       res.body().data = buf.data();
       res.body().size = buf.size();
