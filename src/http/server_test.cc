@@ -34,8 +34,7 @@ std::string Url(const Server& s, std::string scheme = "http") {
   return scheme + "://127.0.0.1:" + std::to_string(s.port());
 }
 
-// Writes bytes on a plain socket and reads until the server closes (or 5 s pass).
-std::string RawExchange(uint16_t port, const std::string& bytes) {
+int ConnectLoopback(uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -45,8 +44,15 @@ std::string RawExchange(uint16_t port, const std::string& bytes) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
-    return "connect failed";
+    return -1;
   }
+  return fd;
+}
+
+// Writes bytes on a plain socket and reads until the server closes (or 5 s pass).
+std::string RawExchange(uint16_t port, const std::string& bytes) {
+  int fd = ConnectLoopback(port);
+  if (fd < 0) return "connect failed";
   (void)!::write(fd, bytes.data(), bytes.size());
   std::string out;
   char buf[4096];
@@ -188,21 +194,6 @@ TEST(ServerTest, MalformedRequestIs400AndClosed) {
   out = RawExchange(server->port(), "GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_TRUE(out.starts_with("HTTP/1.1 200")) << out;
   EXPECT_NE(out.find("pong"), std::string::npos);
-}
-
-int ConnectLoopback(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 void Send(int fd, std::string_view bytes) { (void)!::write(fd, bytes.data(), bytes.size()); }
