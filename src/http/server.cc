@@ -489,15 +489,14 @@ awaitable<void> RunStream(std::shared_ptr<Connection<Stream>> c, Response r) {
 
 // Beast reads as much as the buffer's spare capacity holds, and 512 bytes when it has none, so a
 // buffer left at its first size reads a 64 KiB body in 128 pieces (as many system calls and
-// loop turns). Before a body the buffer gets room for it (up to kBodyReadBytes; a chunked body,
-// whose length is unknown, gets kKeptBufferBytes), and a connection keeps at most
-// kKeptBufferBytes between requests.
-constexpr size_t kBodyReadBytes = size_t{1} << 20;
-constexpr size_t kKeptBufferBytes = size_t{16} << 10;
+// loop turns). Before a body the buffer gets room for up to kBodyReadBytes of it at a time (not
+// for all of it: a client that announces a large body and sends nothing must not cost the
+// server that much), and a connection keeps at most that much between requests.
+constexpr size_t kBodyReadBytes = size_t{16} << 10;
 
 void ReserveForBody(beast::flat_buffer& buffer, const bhttp::request_parser<bhttp::string_body>& parser) {
   const boost::optional<std::uint64_t> length = parser.content_length();
-  const size_t want = length ? static_cast<size_t>(std::min<std::uint64_t>(*length, kBodyReadBytes)) : kKeptBufferBytes;
+  const size_t want = length ? static_cast<size_t>(std::min<std::uint64_t>(*length, kBodyReadBytes)) : kBodyReadBytes;
   if (buffer.capacity() - buffer.size() < want) buffer.reserve(buffer.size() + want);
 }
 
@@ -555,7 +554,7 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
     if (core.stopping) keep_alive = false;
     ec = co_await WriteResponse(*c, std::move(resp), keep_alive, head);
     if (ec || !keep_alive) break;
-    if (c->buffer.size() == 0 && c->buffer.capacity() > kKeptBufferBytes) c->buffer.shrink_to_fit();
+    if (c->buffer.size() == 0 && c->buffer.capacity() > 2 * kBodyReadBytes) c->buffer.shrink_to_fit();
   }
   if constexpr (kIsTls<Stream>) {
     if (!ec) {
