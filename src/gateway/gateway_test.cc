@@ -56,6 +56,10 @@ class FakeEngine {
     std::lock_guard<std::mutex> lock(mu_);
     return last_body_;
   }
+  std::string last_raw_body() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_raw_;
+  }
 
   std::atomic<int> requests{0};
   std::atomic<int> chunks_sent{0};
@@ -80,6 +84,7 @@ class FakeEngine {
     {
       std::lock_guard<std::mutex> lock(mu_);
       last_body_ = b;
+      last_raw_ = r.body;
     }
     const int completion = std::min<int>(o_.completion_tokens, b.value("max_tokens", 1 << 30));
     json usage = {{"prompt_tokens", o_.prompt_tokens}, {"completion_tokens", completion},
@@ -124,6 +129,7 @@ class FakeEngine {
   std::mutex mu_;
   std::string metrics_;
   json last_body_;
+  std::string last_raw_;  // GUARDED_BY(mu_)
   std::set<std::string> remotes_;
   std::unique_ptr<http::Server> server_;
 };
@@ -556,6 +562,29 @@ TEST(Gateway, IdleKeysAreForgottenAndTheirSpendingIsNot) {
   for (const store::json& obj : rates->items) EXPECT_FALSE(obj["status"]["scopes"].contains("key k")) << obj.dump();
   ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);  // back: the spending is read from the store
   EXPECT_GE(h.gw->ledger().Usage("key k").spent_tokens, 2 * spent);  // both requests, none lost
+}
+
+// A body with a UTF-8 byte order mark is read past it and forwarded without it, whether or not
+// the gateway rewrites it (strict JSON parsers refuse one).
+TEST(Gateway, AByteOrderMarkIsNotForwarded) {
+  FakeEngine e;
+  Harness h;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  const std::string plain = Harness::Chat("m").dump();
+  for (bool stream : {false, true}) {  // a stream's body is rewritten (include_usage)
+    json body = Harness::Chat("m", "hi", 50, stream);
+    http::Client c(h.base);
+    StatusOr<http::ClientResponse> r =
+        c.Send("POST", "/v1/chat/completions", "\xEF\xBB\xBF" + body.dump(), {{"Authorization", "Bearer k"}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 200) << r->body;
+    const std::string raw = e.last_raw_body();
+    EXPECT_FALSE(raw.starts_with("\xEF\xBB\xBF")) << stream;
+    if (!stream) {
+      EXPECT_EQ(raw, plain);
+    }
+  }
 }
 
 TEST(Gateway, TwoGatewaysShareOneRpmLimitThroughTheStore) {

@@ -367,10 +367,7 @@ std::string Ok(std::string_view body) {
   return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
 }
 
-// Over a pooled connection: an interim 100 is skipped (the final answer follows and the
-// connection stays in step for the next request), and the timeout is counted once for the head
-// and again for the body, as on a new connection.
-// On a new connection too (the first request): an interim 100 is skipped for the final answer.
+// On a new connection (the first request): an interim 100 is skipped for the final answer.
 TEST(AsyncClientTest, NewConnectionSkipsInterimAnswers) {
   using std::chrono::milliseconds;
   RawUpstream up(Scripted({
@@ -388,6 +385,9 @@ TEST(AsyncClientTest, NewConnectionSkipsInterimAnswers) {
   EXPECT_TRUE(second["reused"]);
 }
 
+// Over a pooled connection: an interim 100 is skipped (the final answer follows and the
+// connection stays in step for the next request), and the timeout is counted once for the head
+// and again for the body, as on a new connection.
 TEST(AsyncClientTest, PooledExchangeSkipsInterimAnswersAndTimesHeadAndBodyApart) {
   using std::chrono::milliseconds;
   RawUpstream up(Scripted({
