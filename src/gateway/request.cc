@@ -6,6 +6,8 @@
 #include <simdjson.h>
 #include <xxhash.h>
 
+#include "gateway/json_text.h"
+
 namespace aicloud::gateway {
 
 namespace {
@@ -230,8 +232,7 @@ std::optional<TokenUsage> ReadUsage(std::string_view body, bool retried) {
 }
 
 
-// A JSON string literal of `text` (valid UTF-8: it came out of a parsed document).
-void AppendString(std::string& out, std::string_view text) { out += json(std::string(text)).dump(); }
+void AppendString(std::string& out, std::string_view text) { AppendJsonString(&out, text); }
 
 // BodyEdits made through an nlohmann document: the path for texts simdjson refuses.
 StatusOr<std::string> RewriteDocument(std::string_view body, const BodyEdits& edits) {
@@ -245,7 +246,7 @@ StatusOr<std::string> RewriteDocument(std::string_view body, const BodyEdits& ed
     so["include_usage"] = true;
   }
   if (edits.max_tokens) doc["max_tokens"] = *edits.max_tokens;
-  return doc.dump();
+  return doc.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 StatusOr<std::string> Rewrite(std::string_view body, const BodyEdits& edits) {

@@ -5,46 +5,16 @@
 
 #include <charconv>
 
+#include "gateway/json_text.h"
+
 namespace aicloud::gateway {
 namespace {
-
-// JSON string escaping as nlohmann's dump does it (UTF-8 passes through; the fields are names
-// and messages that arrived in parsed JSON or were written by the gateway).
-void AppendString(std::string* out, std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out->push_back('"');
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (u < 0x20) {
-          out->append("\\u00");
-          out->push_back(kHex[u >> 4]);
-          out->push_back(kHex[u & 15]);
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
-}
 
 void AppendInt(std::string* out, int64_t v) {
   char buf[24];
   auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
   out->append(buf, end);
 }
-
-// Doubles exactly as nlohmann writes them ("0.0001", "100000.0", "1e-300"; null if not finite):
-// one small JSON value instead of a document.
-void AppendDouble(std::string* out, double v) { out->append(nlohmann::json(v).dump()); }
 
 // `"key":`, after a comma unless it is the object's first.
 void Key(std::string* out, std::string_view key) {
@@ -69,28 +39,28 @@ nlohmann::json UsageRecord::ToJson() const {
 }
 
 void UsageRecord::AppendJson(std::string* out) const {
-  // Keys in nlohmann's (sorted) order, so a line is byte for byte ToJson().dump() (for valid UTF-8;
-  // other bytes pass through where dump() would throw).
+  // Keys in nlohmann's (sorted) order, so a line is byte for byte ToJson().dump() (bytes that are
+  // not UTF-8 become U+FFFD, where dump() would throw).
   out->push_back('{');
-  Key(out, "adapter"), AppendString(out, adapter);
+  Key(out, "adapter"), AppendJsonString(out, adapter);
   Key(out, "attempts"), AppendInt(out, attempts);
   Key(out, "completion_tokens"), AppendInt(out, completion_tokens);
-  Key(out, "cost"), AppendDouble(out, cost);
-  Key(out, "deployment"), AppendString(out, deployment);
-  Key(out, "endpoint"), AppendString(out, endpoint);
-  if (!error.empty()) Key(out, "error"), AppendString(out, error);
-  Key(out, "held_s"), AppendDouble(out, held_s);
-  Key(out, "key_id"), AppendString(out, key_id);
-  Key(out, "latency_s"), AppendDouble(out, latency_s);
-  Key(out, "model"), AppendString(out, model);
+  Key(out, "cost"), AppendJsonDouble(out, cost);
+  Key(out, "deployment"), AppendJsonString(out, deployment);
+  Key(out, "endpoint"), AppendJsonString(out, endpoint);
+  if (!error.empty()) Key(out, "error"), AppendJsonString(out, error);
+  Key(out, "held_s"), AppendJsonDouble(out, held_s);
+  Key(out, "key_id"), AppendJsonString(out, key_id);
+  Key(out, "latency_s"), AppendJsonDouble(out, latency_s);
+  Key(out, "model"), AppendJsonString(out, model);
   Key(out, "prompt_tokens"), AppendInt(out, prompt_tokens);
-  Key(out, "replica"), AppendString(out, replica);
-  Key(out, "request_id"), AppendString(out, request_id);
+  Key(out, "replica"), AppendJsonString(out, replica);
+  Key(out, "request_id"), AppendJsonString(out, request_id);
   Key(out, "status"), AppendInt(out, status);
   Key(out, "stream"), out->append(stream ? "true" : "false");
-  Key(out, "team"), AppendString(out, team);
-  Key(out, "tenant"), AppendString(out, tenant);
-  Key(out, "ttft_s"), AppendDouble(out, ttft_s);
+  Key(out, "team"), AppendJsonString(out, team);
+  Key(out, "tenant"), AppendJsonString(out, tenant);
+  Key(out, "ttft_s"), AppendJsonDouble(out, ttft_s);
   Key(out, "unix_ms"), AppendInt(out, unix_ms);
   Key(out, "usage_reported"), out->append(usage_reported ? "true" : "false");
   out->push_back('}');

@@ -52,6 +52,9 @@ class EventLoop : public asio::io_context {
   const int threads_;
 };
 
+// Lower case for ASCII letters only (std::tolower consults the locale on every call).
+inline char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
+
 // Beast 1.74 uses boost::string_view; these convert at the edges.
 inline std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
 inline beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; }
@@ -62,8 +65,8 @@ inline std::map<std::string, std::string> HeadersOf(const bhttp::fields& res) {
   std::map<std::string, std::string> out;
   for (const auto& field : res) {
     std::string name(field.name_string());
-    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    auto [it, inserted] = out.emplace(name, std::string(field.value()));
+    for (char& ch : name) ch = AsciiLower(ch);
+    auto [it, inserted] = out.emplace(std::move(name), std::string(field.value()));
     if (!inserted) it->second.append(", ").append(Sv(field.value()));
   }
   return out;

@@ -1,5 +1,6 @@
 #include "http/async_client.h"
 
+#include <array>
 #include <limits>
 #include <map>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "http/asio.h"
+#include "http/wire.h"
 
 // Shape: each exchange is one coroutine on the strand of its connection (a pooled connection
 // keeps the strand it was made on; with one loop thread the "strand" is the loop itself), so the stream, its timer and the callback never run
@@ -101,7 +103,8 @@ bool SplitHostPort(std::string_view upstream, std::string* host, std::string* po
 struct Exchange {
   ConnectionPool* pool;
   std::string upstream, host, port;
-  bhttp::request<bhttp::string_body> request;
+  std::string method, target;
+  std::string head, body;  // the request as written: head text (wire.h) and body
   std::chrono::milliseconds timeout;
   size_t max_idle;
   AsyncClient::Callback done;
@@ -109,8 +112,11 @@ struct Exchange {
 };
 
 std::string What(const Exchange& x) {
-  return "http client: " + std::string(x.request.method_string()) + " " + x.host + ":" + x.port +
-         std::string(x.request.target());
+  return "http client: " + x.method + " " + x.host + ":" + x.port + x.target;
+}
+
+std::array<asio::const_buffer, 2> RequestBuffers(const Exchange& x) {
+  return {asio::buffer(x.head), asio::buffer(x.body)};
 }
 
 // Connects `c` to the upstream; the error in the synchronous Client's words.
@@ -159,7 +165,7 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
     bhttp::response_parser<bhttp::string_body>* p = &fresh_parser();
     bool interim = false;  // an interim (1xx) answer came: the upstream has the request
     error_code ec;
-    co_await bhttp::async_write(conn->stream, x->request, Redirect(ec));
+    co_await asio::async_write(conn->stream, RequestBuffers(*x), Redirect(ec));
     if (!ec) co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
     // Interim answers are skipped for the final one, which follows on the same connection.
     while (!ec && p->get().result_int() / 100 == 1) {
@@ -222,8 +228,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   explicit PooledExchange(std::shared_ptr<Exchange> x)
       : x_(std::move(x)),
         conn_(std::move(x_->conn)),
-        timer_(conn_->stream.get_executor()),
-        serializer_(x_->request) {
+        timer_(conn_->stream.get_executor()) {
     NewParser();
   }
 
@@ -233,9 +238,13 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     // Synchronous writes answer would_block instead of waiting (set once: it is an ioctl).
     if (!socket.non_blocking()) socket.non_blocking(true, ec);
     ArmTimer();
-    if (!ec) bhttp::write(socket, serializer_, ec);
+    const std::array<asio::const_buffer, 2> request = RequestBuffers(*x_);
+    size_t written = 0;
+    if (!ec) written = asio::write(socket, request, ec);
     if (ec == asio::error::would_block) {
-      bhttp::async_write(socket, serializer_, [self = shared_from_this()](error_code e, size_t) {
+      beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(request);
+      rest.consume(written);
+      asio::async_write(socket, rest, [self = shared_from_this()](error_code e, size_t) {
         if (self->timed_out_) return self->Fail(asio::error::timed_out);
         if (e) return self->Fail(e);
         self->ReadMore();
@@ -369,7 +378,6 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   std::shared_ptr<Exchange> x_;
   std::unique_ptr<Conn> conn_;
   asio::steady_timer timer_;
-  bhttp::request_serializer<bhttp::string_body> serializer_;
   std::optional<bhttp::response_parser<bhttp::string_body>> parser_;
   bool head_seen_ = false;  // the final response's head arrived (the timer was re-armed)
   bool got_bytes_ = false;  // the upstream answered something (an interim response counts)
@@ -393,21 +401,26 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
     asio::post(loop, [done = std::move(x->done), r = std::move(r)]() mutable { done(std::move(r)); });
     return;
   }
-  auto& req = x->request;
-  req.version(11);
-  req.method_string(Bv(method));
-  req.target(Bv(target));
+  x->method = std::string(method);
+  x->target = std::string(target);
   const bool bracket = x->host.find(':') != std::string::npos;
   std::string host_header = bracket ? "[" + x->host + "]" : x->host;
   if (x->port != "80") host_header += ":" + x->port;
-  req.set(bhttp::field::host, host_header);
-  req.set(bhttp::field::user_agent, "aicloud-http");
-  for (const auto& [name, value] : headers) req.insert(name, value);
-  if (!body.empty() && req.find(bhttp::field::content_type) == req.end()) {
-    req.set(bhttp::field::content_type, "application/json");
+  std::string error;
+  x->head = RequestHeadText({.method = method,
+                             .target = target,
+                             .host = host_header,
+                             .headers = &headers,
+                             .body_size = body.size(),
+                             .send_length = method == "POST" || method == "PUT" || method == "PATCH"},
+                            &error);
+  if (x->head.empty()) {
+    AsyncResult r;
+    r.status = InvalidArgumentError("http client: " + error);
+    asio::post(loop, [done = std::move(x->done), r = std::move(r)]() mutable { done(std::move(r)); });
+    return;
   }
-  req.body() = std::move(body);
-  if (!req.body().empty() || method == "POST" || method == "PUT" || method == "PATCH") req.prepare_payload();
+  x->body = std::move(body);
   x->conn = x->pool->Take(upstream);
   if (x->conn) {
     asio::any_io_executor ex = x->conn->stream.get_executor();

@@ -181,7 +181,8 @@ struct Proxy {
     server = StartAsync([this](Request& req, Responder respond) {
       EventLoop* loop = respond.loop();
       const std::string up = upstream();
-      client.Send(*loop, up, req.method, req.target, std::move(req.body), {{"x-test", "1"}},
+      client.Send(*loop, up, req.method, target_override.empty() ? req.target : target_override, std::move(req.body),
+                  headers,
                   [respond, loop, up](AsyncResult r) {
                     respond(Response::Json(200, {{"code", std::string(StatusCodeName(r.status.code()))},
                                                  {"message", r.status.message()},
@@ -201,6 +202,8 @@ struct Proxy {
 
   AsyncClient client;
   std::function<std::string()> upstream;
+  Headers headers = {{"x-test", "1"}};  // sent upstream with every request
+  std::string target_override;          // sent instead of the request's target when set
   std::unique_ptr<Server> server;
 };
 
@@ -414,6 +417,49 @@ TEST(AsyncClientTest, PooledExchangeSkipsInterimAnswersAndTimesHeadAndBodyApart)
   json slow_head = proxy.Get("/5");  // no head within 400 ms
   EXPECT_EQ(slow_head["code"], "DEADLINE_EXCEEDED") << slow_head;
   EXPECT_FALSE(slow_head["answered"]);
+}
+
+// The request as the upstream reads it, on a new connection and on a pooled one: request line,
+// Host, User-Agent, the caller's fields less Host and framing and any that could split the head,
+// Content-Type and Content-Length for a body. A target that cannot be written is refused before
+// anything is sent.
+TEST(AsyncClientTest, WritesTheRequestHeadExactly) {
+  std::mutex mu;
+  std::vector<std::string> seen;
+  RawUpstream up([&](int c) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(c, buf, sizeof buf)) > 0;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        seen.emplace_back(buf, static_cast<size_t>(n));
+      }
+      const std::string ok = Ok("x");
+      (void)!::write(c, ok.data(), ok.size());
+    }
+  });
+  Proxy proxy([&] { return up.host_port(); }, {});
+  proxy.headers = {{"x-test", "1"}, {"X-Split", "a\r\nX-Injected: 1"}, {"Host", "evil"}, {"content-length", "99"}};
+  EXPECT_EQ(proxy.Get("/first?a=1")["body"], "x");
+  json pooled = proxy.Get("/second");
+  EXPECT_TRUE(pooled["reused"]) << pooled;
+  StatusOr<ClientResponse> posted = Client(Url(*proxy.server)).Send("POST", "/third", "{}");
+  ASSERT_TRUE(posted.ok()) << posted.status();
+  const std::string host = "Host: " + up.host_port() + "\r\nUser-Agent: aicloud-http\r\nx-test: 1\r\n";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen[0], "GET /first?a=1 HTTP/1.1\r\n" + host + "\r\n");
+    EXPECT_EQ(seen[1], "GET /second HTTP/1.1\r\n" + host + "\r\n");
+    EXPECT_EQ(seen[2], "POST /third HTTP/1.1\r\n" + host +
+                           "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}");
+  }
+  proxy.target_override = "/a b";
+  json refused = proxy.Get("/x");
+  EXPECT_EQ(refused["code"], "INVALID_ARGUMENT") << refused;
+  EXPECT_NE(refused["message"].get<std::string>().find("bad request target"), std::string::npos) << refused;
+  EXPECT_FALSE(refused["answered"]);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen.size(), 3u);  // nothing was sent
 }
 
 }  // namespace

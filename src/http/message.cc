@@ -96,9 +96,12 @@ int HexValue(char c) {
 }  // namespace
 
 std::string PercentDecode(std::string_view s) {
+  size_t i = s.find('%');
+  if (i == std::string_view::npos) return std::string(s);  // most paths: nothing to decode
   std::string out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
+  out.append(s.substr(0, i));
+  for (; i < s.size(); ++i) {
     if (s[i] == '%' && i + 2 < s.size()) {
       int hi = HexValue(s[i + 1]), lo = HexValue(s[i + 2]);
       if (hi >= 0 && lo >= 0) {

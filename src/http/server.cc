@@ -1,5 +1,6 @@
 #include "http/server.h"
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "http/asio.h"
+#include "http/wire.h"
 
 // Shape: one acceptor coroutine on its own strand; one coroutine per connection on that
 // connection's strand (with one I/O thread the loop itself: EventLoop::ConnectionExecutor), which reads a request, calls the handler (CallHandler: an AsyncHandler
@@ -102,6 +104,7 @@ struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stre
   std::string remote;
   Stream stream;
   beast::flat_buffer buffer;
+  std::string head_text;  // the answer's head being written (kept for its capacity)
   Core* core;
   std::mutex ctl_mu;
   std::shared_ptr<StreamCtl> ctl;  // GUARDED_BY(ctl_mu): the running stream, if any
@@ -273,8 +276,8 @@ Request ToRequest(bhttp::request<bhttp::string_body>&& r, const std::string& rem
   if (qm != std::string_view::npos) q.query = ParseQuery(t.substr(qm + 1));
   for (const auto& field : r) {
     std::string name(field.name_string());
-    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    auto [it, inserted] = q.headers.emplace(name, std::string(field.value()));
+    for (char& ch : name) ch = AsciiLower(ch);
+    auto [it, inserted] = q.headers.emplace(std::move(name), std::string(field.value()));
     if (!inserted) it->second.append(", ").append(Sv(field.value()));
   }
   q.body = std::move(r.body());
@@ -322,36 +325,34 @@ void SetHeaders(Fields& res, Response& r) {
 
 unsigned ValidStatus(int status) { return status >= 100 && status <= 999 ? status : 500; }
 
+// The answer's head is written as text (wire.h) and goes out with the body in one write.
 template <class Stream>
 awaitable<error_code> WriteResponse(Connection<Stream>& c, Response r, bool keep_alive, bool head) {
-  bhttp::response<bhttp::string_body> res;
-  res.version(11);
-  res.result(ValidStatus(r.status));
-  SetHeaders(res, r);
-  res.keep_alive(keep_alive);
-  unsigned code = res.result_int();
-  if (code < 200 || code == 204 || code == 304) {
-    res.body().clear();  // these carry no body
-    res.prepare_payload();
-  } else if (head) {
-    res.content_length(r.body.size());
-  } else {
-    res.body() = std::move(r.body);
-    res.prepare_payload();
-  }
+  const int status = static_cast<int>(ValidStatus(r.status));
+  const bool no_body = StatusHasNoBody(status);
+  c.head_text.clear();
+  AppendResponseHead(&c.head_text, {.status = status,
+                                    .content_type = r.content_type,
+                                    .headers = &r.headers,
+                                    .keep_alive = keep_alive,
+                                    .body_size = no_body ? 0 : r.body.size()});
+  const size_t body_bytes = no_body || head ? 0 : r.body.size();
+  const std::array<asio::const_buffer, 2> answer{asio::buffer(c.head_text), asio::buffer(r.body.data(), body_bytes)};
+  beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(answer);
   error_code ec;
-  bhttp::response_serializer<bhttp::string_body> sr(res);
   if constexpr (!kIsTls<Stream>) {
     // Most answers fit the socket's send buffer: write them now, without an operation to
     // complete and resume from; only what does not fit goes the asynchronous way.
     tcp::socket& socket = c.stream.socket();
     if (!socket.non_blocking()) socket.non_blocking(true, ec);  // once per connection (an ioctl)
-    if (!ec) bhttp::write(socket, sr, ec);
+    size_t written = 0;
+    if (!ec) written = asio::write(socket, answer, ec);
     if (ec != asio::error::would_block) co_return ec;
     ec = {};
+    rest.consume(written);
   }
   beast::get_lowest_layer(c.stream).expires_after(c.core->opts.idle_timeout);
-  co_await bhttp::async_write(c.stream, sr, Redirect(ec));
+  co_await asio::async_write(c.stream, rest, Redirect(ec));
   co_return ec;
 }
 

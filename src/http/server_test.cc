@@ -281,6 +281,39 @@ TEST(ServerTest, RequestsInPiecesPipelinedContinuedAndCutOff) {
   EXPECT_TRUE(out.starts_with("HTTP/1.1 200")) << out;
 }
 
+// The answer's head as it goes out: status line, Server, Content-Type (a handler's own
+// content-type wins), the handler's fields less the framing ones and any that could split the
+// head, Connection: close, Content-Length. HEAD gets the length without the body; 204 neither.
+TEST(ServerTest, AnswerHeadsAreWrittenExactly) {
+  auto server = StartOrDie([](Request& req) {
+    Response r = Response::Text(req.path == "/empty" ? 204 : 200, "hi");
+    r.headers = {{"X-Ok", "1"},
+                 {"X-Split", "a\r\nSet-Cookie: stolen=1"},
+                 {"Content-Length", "999"},
+                 {"content-type", "text/x"}};
+    return r;
+  });
+  ASSERT_TRUE(server);
+  const std::string head = "HTTP/1.1 200 OK\r\nServer: aicloud\r\nContent-Type: text/x\r\nX-Ok: 1\r\n"
+                           "Connection: close\r\nContent-Length: 2\r\n\r\n";
+  EXPECT_EQ(RawExchange(server->port(), "GET /h HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), head + "hi");
+  EXPECT_EQ(RawExchange(server->port(), "HEAD /h HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"), head);
+  EXPECT_EQ(RawExchange(server->port(), "GET /empty HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+            "HTTP/1.1 204 No Content\r\nServer: aicloud\r\nContent-Type: text/x\r\nX-Ok: 1\r\n"
+            "Connection: close\r\n\r\n");
+  // Kept alive: no Connection field, and the next request is answered on the same connection.
+  int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string two = "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::write(fd, two.data(), two.size()), static_cast<ssize_t>(two.size()));
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nServer: aicloud\r\nContent-Type: text/x\r\nX-Ok: 1\r\nContent-Length: 2\r\n\r\nhi" +
+                     head + "hi");
+}
+
 TEST(ServerTest, BlockingHandlerDoesNotBlockOthers) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();

@@ -1,0 +1,106 @@
+// Message heads written as text (wire.h): exact bytes, and fields that could end the head early
+// or smuggle a second message are left out.
+#include "http/wire.h"
+
+#include <gtest/gtest.h>
+
+namespace aicloud::http {
+namespace {
+
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+TEST(WireTest, ResponseHeadIsStatusLineFieldsAndLength) {
+  Fields extra = {{"X-Request-Id", "r-1"}, {"x-aicloud-replica", "10.0.0.5:8000"}};
+  std::string out;
+  AppendResponseHead(&out, {.status = 200, .content_type = "application/json", .headers = &extra, .body_size = 42});
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nServer: aicloud\r\nContent-Type: application/json\r\nX-Request-Id: r-1\r\n"
+            "x-aicloud-replica: 10.0.0.5:8000\r\nContent-Length: 42\r\n\r\n");
+
+  out.clear();
+  AppendResponseHead(&out, {.status = 429, .content_type = "application/json", .keep_alive = false, .body_size = 0});
+  EXPECT_EQ(out,
+            "HTTP/1.1 429 Too Many Requests\r\nServer: aicloud\r\nContent-Type: application/json\r\n"
+            "Connection: close\r\nContent-Length: 0\r\n\r\n");
+}
+
+TEST(WireTest, ResponseFramingIsTheWritersAndBadFieldsAreLeftOut) {
+  Fields extra = {{"Content-Type", "text/event-stream"},
+                  {"Content-Length", "999"},
+                  {"transfer-encoding", "chunked"},
+                  {"Connection", "keep-alive"},
+                  {"X-Split", "a\r\nSet-Cookie: stolen=1"},
+                  {"X-Nul", std::string("a\0b", 3)},
+                  {"Bad Name", "v"},
+                  {"", "v"},
+                  {"X-Kept", "fine value; with spaces"}};
+  std::string out;
+  AppendResponseHead(&out, {.status = 201, .content_type = "application/json", .headers = &extra, .body_size = 3});
+  EXPECT_EQ(out,
+            "HTTP/1.1 201 Created\r\nServer: aicloud\r\nContent-Type: text/event-stream\r\n"
+            "X-Kept: fine value; with spaces\r\nContent-Length: 3\r\n\r\n");
+}
+
+TEST(WireTest, AnswersWithoutBodyCarryNoLengthAndOddStatusesAreNamed) {
+  for (int status : {100, 204, 304}) {
+    std::string out;
+    AppendResponseHead(&out, {.status = status, .content_type = "text/plain", .body_size = 5});
+    EXPECT_EQ(out.find("Content-Length"), std::string::npos) << out;
+    EXPECT_TRUE(StatusHasNoBody(status));
+  }
+  EXPECT_FALSE(StatusHasNoBody(200));
+  std::string out;
+  AppendResponseHead(&out, {.status = 1234, .content_type = "text/plain"});
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 500 Internal Server Error\r\n")) << out;
+  out.clear();
+  AppendResponseHead(&out, {.status = 599, .content_type = "text/plain"});
+  EXPECT_TRUE(out.starts_with("HTTP/1.1 599 Unknown\r\n")) << out;
+  out.clear();
+  AppendResponseHead(&out, {.status = 200, .content_type = "text/plain\r\nX-Evil: 1"});
+  EXPECT_EQ(out.find("X-Evil"), std::string::npos) << out;
+}
+
+TEST(WireTest, RequestHeadHasHostAgentFieldsAndLength) {
+  std::string error;
+  Fields extra = {{"x-request-id", "r-9"}, {"Host", "evil.example"}, {"Content-Length", "7"}};
+  EXPECT_EQ(RequestHeadText({.method = "GET", .target = "/v1/models?x=1", .host = "10.0.0.5:8000", .headers = &extra},
+                            &error),
+            "GET /v1/models?x=1 HTTP/1.1\r\nHost: 10.0.0.5:8000\r\nUser-Agent: aicloud-http\r\nx-request-id: r-9\r\n\r\n");
+  EXPECT_EQ(RequestHeadText({.method = "POST", .target = "/v1/chat/completions", .host = "[::1]:81", .body_size = 12},
+                            &error),
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: [::1]:81\r\nUser-Agent: aicloud-http\r\n"
+            "Content-Type: application/json\r\nContent-Length: 12\r\n\r\n");
+  Fields typed = {{"content-type", "text/plain"}};
+  EXPECT_EQ(RequestHeadText({.method = "PUT", .target = "/a", .host = "h", .headers = &typed, .send_length = true},
+                            &error),
+            "PUT /a HTTP/1.1\r\nHost: h\r\nUser-Agent: aicloud-http\r\ncontent-type: text/plain\r\nContent-Length: 0\r\n\r\n");
+}
+
+TEST(WireTest, RequestHeadRefusesWhatCannotBeWritten) {
+  std::string error;
+  EXPECT_EQ(RequestHeadText({.method = "GE T", .target = "/", .host = "h"}, &error), "");
+  EXPECT_NE(error.find("bad method"), std::string::npos) << error;
+  EXPECT_EQ(RequestHeadText({.method = "GET", .target = "/a b", .host = "h"}, &error), "");
+  EXPECT_NE(error.find("bad request target"), std::string::npos) << error;
+  EXPECT_EQ(RequestHeadText({.method = "GET", .target = "/a\r\nX: y", .host = "h"}, &error), "");
+  EXPECT_EQ(RequestHeadText({.method = "GET", .target = "", .host = "h"}, &error), "");
+  EXPECT_EQ(RequestHeadText({.method = "GET", .target = "/", .host = "h\r\n"}, &error), "");
+  EXPECT_NE(error.find("bad host"), std::string::npos) << error;
+}
+
+TEST(WireTest, TokensAndValues) {
+  EXPECT_TRUE(IsHttpToken("X-Request_Id.v2~!"));
+  EXPECT_FALSE(IsHttpToken(""));
+  EXPECT_FALSE(IsHttpToken("a:b"));
+  EXPECT_FALSE(IsHttpToken("a\tb"));
+  EXPECT_FALSE(IsHttpToken("\xc3\xa9"));
+  EXPECT_TRUE(IsSafeFieldValue(""));
+  EXPECT_TRUE(IsSafeFieldValue("a b\tc \xc3\xa9"));
+  EXPECT_FALSE(IsSafeFieldValue("a\nb"));
+  EXPECT_FALSE(IsSafeFieldValue("a\rb"));
+  EXPECT_EQ(ReasonPhrase(404), "Not Found");
+  EXPECT_EQ(ReasonPhrase(503), "Service Unavailable");
+}
+
+}  // namespace
+}  // namespace aicloud::http
