@@ -38,9 +38,26 @@ std::string Number(double v) {
 
 }  // namespace
 
+namespace {
+
+// The series for `labels`, made (zero) the first time; the key is copied only then.
+template <class Map, class Labels>
+typename Map::mapped_type& SeriesOf(Map& m, const Labels& labels) {
+  auto it = m.find(labels);
+  if (it == m.end()) it = m.emplace(LabelValues(labels.begin(), labels.end()), typename Map::mapped_type{}).first;
+  return it->second;
+}
+
+}  // namespace
+
+void Counter::Inc(LabelView labels, double by) {
+  std::lock_guard<std::mutex> l(mu_);
+  SeriesOf(values_, labels) += by;
+}
+
 void Counter::Inc(const LabelValues& labels, double by) {
   std::lock_guard<std::mutex> l(mu_);
-  values_[labels] += by;
+  SeriesOf(values_, labels) += by;
 }
 
 double Counter::Value(const LabelValues& labels) const {
@@ -49,14 +66,24 @@ double Counter::Value(const LabelValues& labels) const {
   return it == values_.end() ? 0 : it->second;
 }
 
+void Gauge::Set(LabelView labels, double value) {
+  std::lock_guard<std::mutex> l(mu_);
+  SeriesOf(values_, labels) = value;
+}
+
 void Gauge::Set(const LabelValues& labels, double value) {
   std::lock_guard<std::mutex> l(mu_);
-  values_[labels] = value;
+  SeriesOf(values_, labels) = value;
+}
+
+void Gauge::Add(LabelView labels, double by) {
+  std::lock_guard<std::mutex> l(mu_);
+  SeriesOf(values_, labels) += by;
 }
 
 void Gauge::Add(const LabelValues& labels, double by) {
   std::lock_guard<std::mutex> l(mu_);
-  values_[labels] += by;
+  SeriesOf(values_, labels) += by;
 }
 
 double Gauge::Value(const LabelValues& labels) const {
@@ -65,9 +92,19 @@ double Gauge::Value(const LabelValues& labels) const {
   return it == values_.end() ? 0 : it->second;
 }
 
+void Histogram::Observe(LabelView labels, double value) {
+  std::lock_guard<std::mutex> l(mu_);
+  ObserveLocked(labels, value);
+}
+
 void Histogram::Observe(const LabelValues& labels, double value) {
   std::lock_guard<std::mutex> l(mu_);
-  Series& s = series_[labels];
+  ObserveLocked(labels, value);
+}
+
+template <class Labels>
+void Histogram::ObserveLocked(const Labels& labels, double value) {
+  Series& s = SeriesOf(series_, labels);
   if (s.buckets.empty()) s.buckets.assign(bounds_.size(), 0);
   for (size_t i = 0; i < bounds_.size(); ++i) {
     if (value <= bounds_[i]) {

@@ -13,44 +13,64 @@
 // by Render() and returns (label values, value) rows.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace aicloud {
 
 using LabelValues = std::vector<std::string>;
+// Label values as a caller writes them, Inc({"200"}), Observe({route}, v): looked up without
+// copying, and copied into a series' key only the first time that combination is seen.
+using LabelView = std::initializer_list<std::string_view>;
+
+// Orders label value lists lexicographically, whichever of the two forms each side is.
+struct LabelsLess {
+  using is_transparent = void;
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const {
+    return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                        [](std::string_view x, std::string_view y) { return x < y; });
+  }
+};
 
 class Counter {
  public:
-  void Inc(const LabelValues& labels = {}, double by = 1);
+  void Inc(LabelView labels = {}, double by = 1);
+  void Inc(const LabelValues& labels, double by = 1);
   double Value(const LabelValues& labels = {}) const;
 
  private:
   friend class Metrics;
   mutable std::mutex mu_;
-  std::map<LabelValues, double> values_;
+  std::map<LabelValues, double, LabelsLess> values_;
 };
 
 class Gauge {
  public:
+  void Set(LabelView labels, double value);
   void Set(const LabelValues& labels, double value);
+  void Add(LabelView labels, double by);
   void Add(const LabelValues& labels, double by);
   double Value(const LabelValues& labels = {}) const;
 
  private:
   friend class Metrics;
   mutable std::mutex mu_;
-  std::map<LabelValues, double> values_;
+  std::map<LabelValues, double, LabelsLess> values_;
 };
 
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {}
+  void Observe(LabelView labels, double value);
   void Observe(const LabelValues& labels, double value);
   // 0.5 ms .. 10 s, roughly ×2.5 per step.
   static std::vector<double> LatencyBuckets();
@@ -66,7 +86,10 @@ class Histogram {
   };
   std::vector<double> bounds_;
   mutable std::mutex mu_;
-  std::map<LabelValues, Series> series_;
+  template <class Labels>
+  void ObserveLocked(const Labels& labels, double value);
+
+  std::map<LabelValues, Series, LabelsLess> series_;
 };
 
 class Metrics {

@@ -35,6 +35,39 @@ TEST(MetricsTest, RendersCountersGaugesAndHistogramsInPrometheusFormat) {
   EXPECT_NE(text.find("nodes{phase=\"Ready\"} 3\n"), std::string::npos);
 }
 
+// Values written inline ({"a", "b"}) and held in a LabelValues reach the same series, whatever
+// their length, and series render in label order.
+TEST(MetricsTest, InlineAndHeldLabelValuesShareASeries) {
+  Metrics m;
+  Counter* c = m.AddCounter("calls_total", "Calls", {"model", "code"});
+  const std::string model = "a-model-name-longer-than-the-small-string-buffer";
+  c->Inc({model, std::to_string(200)});
+  c->Inc(LabelValues{model, "200"}, 2);
+  c->Inc({"b", "500"});
+  c->Inc({"a", "200"});
+  EXPECT_EQ(c->Value({model, "200"}), 3);
+  EXPECT_EQ(c->Value({"b", "500"}), 1);
+  EXPECT_EQ(c->Value({"b"}), 0);  // a prefix is another series
+  Gauge* g = m.AddGauge("depth", "Depth", {"q"});
+  g->Set({"x"}, 4);
+  g->Add(LabelValues{"x"}, 1);
+  g->Add({"x"}, 1);
+  EXPECT_EQ(g->Value({"x"}), 6);
+  Histogram* h = m.AddHistogram("lat_seconds", "Latency", {"route"}, {1});
+  h->Observe({"/r"}, 0.5);
+  h->Observe(LabelValues{"/r"}, 2);
+  EXPECT_EQ(h->Count({"/r"}), 2u);
+  const std::string text = m.Render();
+  const size_t a = text.find("calls_total{model=\"a\",code=\"200\"} 1\n");
+  const size_t long_name = text.find("calls_total{model=\"" + model + "\",code=\"200\"} 3\n");
+  const size_t b = text.find("calls_total{model=\"b\",code=\"500\"} 1\n");
+  ASSERT_NE(a, std::string::npos) << text;
+  ASSERT_NE(long_name, std::string::npos) << text;
+  ASSERT_NE(b, std::string::npos) << text;
+  EXPECT_LT(a, long_name);
+  EXPECT_LT(long_name, b);
+}
+
 TEST(MetricsTest, ConcurrentUpdatesAreNotLost) {
   Metrics m;
   Counter* c = m.AddCounter("n_total", "N");

@@ -144,13 +144,14 @@ class Core {
   }
 
   // Requests handed to a handler and not answered yet; Stop waits for them.
-  void AddPending() {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    ++pending_;
-  }
+  // The count is atomic; only the last answer takes the lock, to wake Stop (which checks the
+  // count under that lock, so the wake-up cannot fall between its check and its wait).
+  void AddPending() { pending_.fetch_add(1, std::memory_order_relaxed); }
   void DonePending() {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    if (--pending_ == 0) pending_cv_.notify_all();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(pending_mu_);
+      pending_cv_.notify_all();
+    }
   }
 
   // Starts `body` on a thread of its own; false (and nothing started) once stopping.
@@ -196,7 +197,7 @@ class Core {
   const AsyncHandler async_;
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;
-  int pending_ = 0;  // GUARDED_BY(pending_mu_)
+  std::atomic<int> pending_{0};
   std::mutex stop_mu_;
   bool stopped_ = false;  // GUARDED_BY(stop_mu_)
   std::mutex conns_mu_;
@@ -719,7 +720,7 @@ void Core::Stop() {
   // 4. Wait for the answers still owed (async handlers, blocking ones on the workers).
   {
     std::unique_lock<std::mutex> lock(pending_mu_);
-    pending_cv_.wait(lock, [&] { return pending_ == 0; });
+    pending_cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
   }
   workers.join();
   work_.reset();
