@@ -4,7 +4,7 @@
 //   std::string line = "{\"model\":";
 //   AppendJsonString(&line, model);  // "\"llama\"", escaped as dump() escapes
 //   line += ",\"cost\":";
-//   AppendJsonDouble(&line, 0.0001);  // "0.0001"; 100000.0, 1e-05, 1e+16; null if not finite
+//   AppendJsonDouble(&line, 0.0001);  // "0.0001"; 100000.0, 1e-05, 1e+15; null if not finite
 #pragma once
 
 #include <string>
@@ -18,9 +18,10 @@ namespace aicloud::gateway {
 // always valid JSON.
 void AppendJsonString(std::string* out, std::string_view s);
 
-// A JSON number for `v` in dump()'s layout: the shortest digits that read back to `v`; fixed
-// notation for decimal exponents -4..15 (a whole number gets ".0"), otherwise d.ddde±XX with at
-// least two exponent digits. NaN and infinities are written as null.
+// A JSON number for `v` in dump()'s layout: the shortest digits that read back to `v` (dump()'s
+// Grisu2 now and then writes a longer form of the same double); fixed notation when the value's
+// scientific exponent is -4..14 (a whole number gets ".0"), otherwise d.ddde±XX with at least
+// two exponent digits (1e+15, 1e-05). NaN and infinities are written as null.
 void AppendJsonDouble(std::string* out, double v);
 
 }  // namespace aicloud::gateway

@@ -39,8 +39,8 @@ nlohmann::json UsageRecord::ToJson() const {
 }
 
 void UsageRecord::AppendJson(std::string* out) const {
-  // Keys in nlohmann's (sorted) order, so a line is byte for byte ToJson().dump() (bytes that are
-  // not UTF-8 become U+FFFD, where dump() would throw).
+  // Keys in nlohmann's (sorted) order, so a line reads as ToJson().dump() does (see the header
+  // for where the bytes may differ).
   out->push_back('{');
   Key(out, "adapter"), AppendJsonString(out, adapter);
   Key(out, "attempts"), AppendInt(out, attempts);

@@ -39,8 +39,11 @@ struct UsageRecord {
   int attempts = 0;        // upstream attempts (retries on connection failure + 1)
 
   nlohmann::json ToJson() const;
-  // Appends ToJson().dump() (the same bytes) without building a JSON document: the log sink
-  // formats thousands of these a second.
+  // Appends what ToJson().dump() writes, without building a JSON document: the log sink formats
+  // thousands of these a second. The same bytes, except that a double is written with its
+  // shortest digits, where dump()'s Grisu2 now and then writes longer ones that read back the same
+  // (0.0030175 against 0.0030175000000000002), and bytes that are not UTF-8 become U+FFFD where
+  // dump() would throw.
   void AppendJson(std::string* out) const;
 };
 

@@ -419,6 +419,45 @@ TEST(AsyncClientTest, PooledExchangeSkipsInterimAnswersAndTimesHeadAndBodyApart)
   EXPECT_FALSE(slow_head["answered"]);
 }
 
+// A request body larger than the socket buffer, over a pooled connection to an upstream that
+// waits before reading: what the first write left goes out asynchronously, from where it stopped.
+TEST(AsyncClientTest, LargeRequestBodyOverAPooledConnectionArrivesWhole) {
+  constexpr size_t kSize = 6 << 20;
+  std::string sent(kSize, '\0');
+  for (size_t i = 0; i < kSize; ++i) sent[i] = static_cast<char>('a' + (i * 7 + i / 26) % 26);
+  RawUpstream up([&](int c) {
+    std::string in;
+    char buf[1 << 16];
+    for (int request = 0;; ++request) {
+      size_t end;
+      while ((end = in.find("\r\n\r\n")) == std::string::npos) {
+        ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) return;
+        in.append(buf, static_cast<size_t>(n));
+      }
+      size_t length = 0;
+      if (size_t at = in.find("Content-Length: "); at != std::string::npos && at < end) length = std::stoul(in.substr(at + 16));
+      if (request == 1) std::this_thread::sleep_for(300ms);  // the client fills the socket buffer first
+      while (in.size() < end + 4 + length) {
+        ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) return;
+        in.append(buf, static_cast<size_t>(n));
+      }
+      const std::string body = in.substr(end + 4, length);
+      in.erase(0, end + 4 + length);
+      const std::string ok = Ok(std::to_string(body.size()) + (body == sent ? " same" : " differs"));
+      (void)!::write(c, ok.data(), ok.size());
+    }
+  });
+  Proxy proxy([&] { return up.host_port(); }, {.timeout = std::chrono::milliseconds(10000)});
+  EXPECT_EQ(proxy.Get("/small")["body"], "0 differs");  // pools the connection
+  StatusOr<ClientResponse> r = Client(Url(*proxy.server)).Send("POST", "/large", sent);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const json answer = json::parse(r->body);
+  EXPECT_TRUE(answer["reused"]) << answer;
+  EXPECT_EQ(answer["body"], std::to_string(kSize) + " same") << answer;
+}
+
 // The request as the upstream reads it, on a new connection and on a pooled one: request line,
 // Host, User-Agent, the caller's fields less Host and framing and any that could split the head,
 // Content-Type and Content-Length for a body. A target that cannot be written is refused before

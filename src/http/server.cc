@@ -307,15 +307,18 @@ std::optional<Response> ReadErrorResponse(const error_code& ec, const ServerOpti
   return std::nullopt;
 }
 
+// The head of a streamed (chunked) answer, which Beast writes; the same fields AppendResponseHead
+// would write, and as there none that could split the head.
 template <class Fields>
 void SetHeaders(Fields& res, Response& r) {
   res.set(bhttp::field::server, "aicloud");
-  res.set(bhttp::field::content_type, r.content_type);
+  if (IsSafeFieldValue(r.content_type)) res.set(bhttp::field::content_type, r.content_type);
   for (auto& [name, value] : r.headers) {
     if (IEquals(name, "connection") || IEquals(name, "content-length") ||
         IEquals(name, "transfer-encoding")) {
       continue;  // framing is ours
     }
+    if (!IsHttpToken(name) || !IsSafeFieldValue(value)) continue;
     if (IEquals(name, "content-type")) {
       res.set(bhttp::field::content_type, value);
     } else {

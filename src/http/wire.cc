@@ -45,7 +45,17 @@ bool IsHttpToken(std::string_view s) {
 
 bool IsSafeFieldValue(std::string_view s) {
   for (char c : s) {
-    if (c == '\r' || c == '\n' || c == '\0') return false;
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && u != '\t') || u == 0x7f) return false;
+  }
+  return true;
+}
+
+bool IsSafeTarget(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u >= 0x7f) return false;
   }
   return true;
 }
@@ -58,7 +68,9 @@ std::string_view ReasonPhrase(int status) {
     case 201: return "Created";
     case 202: return "Accepted";
     case 204: return "No Content";
+    case 205: return "Reset Content";
     case 206: return "Partial Content";
+    case 207: return "Multi-Status";
     case 301: return "Moved Permanently";
     case 302: return "Found";
     case 303: return "See Other";
@@ -82,12 +94,15 @@ std::string_view ReasonPhrase(int status) {
     case 415: return "Unsupported Media Type";
     case 416: return "Range Not Satisfiable";
     case 417: return "Expectation Failed";
+    case 418: return "I'm a teapot";
+    case 421: return "Misdirected Request";
     case 422: return "Unprocessable Content";
     case 425: return "Too Early";
     case 426: return "Upgrade Required";
     case 428: return "Precondition Required";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
+    case 451: return "Unavailable For Legal Reasons";
     case 500: return "Internal Server Error";
     case 501: return "Not Implemented";
     case 502: return "Bad Gateway";
@@ -111,7 +126,7 @@ void AppendResponseHead(std::string* out, const ResponseHead& head) {
   std::string_view content_type = head.content_type;
   if (head.headers != nullptr) {
     for (const auto& [name, value] : *head.headers) {
-      if (IEquals(name, "content-type")) content_type = value;
+      if (IEquals(name, "content-type") && IsSafeFieldValue(value)) content_type = value;
     }
   }
   out->append("HTTP/1.1 ");
@@ -143,7 +158,7 @@ std::string RequestHeadText(const RequestHead& head, std::string* error) {
     *error = "bad method \"" + std::string(head.method) + "\"";
     return {};
   }
-  if (head.target.empty() || !IsSafeFieldValue(head.target) || head.target.find(' ') != std::string_view::npos) {
+  if (!IsSafeTarget(head.target)) {
     *error = "bad request target \"" + std::string(head.target) + "\"";
     return {};
   }
@@ -161,7 +176,7 @@ std::string RequestHeadText(const RequestHead& head, std::string* error) {
   if (head.headers != nullptr) {
     for (const auto& [name, value] : *head.headers) {
       if (IEquals(name, "host") || IEquals(name, "content-length") || IEquals(name, "transfer-encoding")) continue;
-      if (IEquals(name, "content-type")) has_type = true;
+      if (IEquals(name, "content-type") && IsSafeFieldValue(value)) has_type = true;
       AppendField(&out, name, value);
     }
   }

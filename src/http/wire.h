@@ -8,23 +8,25 @@
 //                              .body_size = body.size()});
 //   write(socket, {head, body});
 //
-// Fields whose name is not an HTTP token or whose value holds CR, LF or NUL are left out: a
-// header is never a way to end the head early or to smuggle a second message.
+// Fields whose name is not an HTTP token or whose value holds a control character (tab aside)
+// are left out: a header is never a way to end the head early or to smuggle a second message.
 #pragma once
 
 #include <cstddef>
-#include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
+#include <utility>  // std::pair
 #include <vector>
 
 namespace aicloud::http {
 
 // RFC 9110 token (a method or a field name): one or more of ALPHA, DIGIT and !#$%&'*+-.^_`|~.
 bool IsHttpToken(std::string_view s);
-// A field value or request target fit to write: no CR, LF or NUL.
+// A field value fit to write: no control characters but tab (no CR, LF, NUL, DEL).
 bool IsSafeFieldValue(std::string_view s);
+// A request target fit to write: not empty, visible ASCII only (no space, no control character,
+// no byte above 0x7E: those must be percent-encoded).
+bool IsSafeTarget(std::string_view s);
 // "OK" for 200, "Not Found" for 404, ...; "Unknown" for a code without a registered phrase.
 std::string_view ReasonPhrase(int status);
 
@@ -35,7 +37,7 @@ struct ResponseHead {
   int status = 200;  // outside 100..999 is written as 500
   std::string_view content_type;
   // Extra fields; connection, content-length and transfer-encoding are skipped (framing is the
-  // writer's), and a content-type here replaces `content_type`.
+  // writer's), and a content-type here (one fit to write) replaces `content_type`.
   const std::vector<std::pair<std::string, std::string>>* headers = nullptr;
   bool keep_alive = true;  // false adds "Connection: close"
   size_t body_size = 0;    // Content-Length, except for 1xx, 204 and 304, which carry no body
@@ -58,7 +60,8 @@ struct RequestHead {
 // content-length and transfer-encoding skipped), Content-Type: application/json when the body is
 // not empty and no content-type is among them, Content-Length when the body is not empty or
 // `send_length`, blank line. Empty, with a message in
-// `error`, when the method is not a token or the target is empty or not fit to write.
+// `error`, when the method is not a token, the target is not fit to write (IsSafeTarget) or
+// the host holds a control character.
 std::string RequestHeadText(const RequestHead& head, std::string* error);
 
 }  // namespace aicloud::http

@@ -88,6 +88,18 @@ TEST(WireTest, RequestHeadRefusesWhatCannotBeWritten) {
   EXPECT_NE(error.find("bad host"), std::string::npos) << error;
 }
 
+// A content-type that is not fit to write is dropped for the default, not for nothing.
+TEST(WireTest, ARefusedContentTypeFallsBackToTheDefault) {
+  Fields bad_type = {{"content-type", "text/x\x01"}};
+  std::string out;
+  AppendResponseHead(&out, {.status = 200, .content_type = "application/json", .headers = &bad_type, .body_size = 1});
+  EXPECT_EQ(out, "HTTP/1.1 200 OK\r\nServer: aicloud\r\nContent-Type: application/json\r\nContent-Length: 1\r\n\r\n");
+  std::string error;
+  EXPECT_EQ(RequestHeadText({.method = "POST", .target = "/p", .host = "h", .headers = &bad_type, .body_size = 2}, &error),
+            "POST /p HTTP/1.1\r\nHost: h\r\nUser-Agent: aicloud-http\r\nContent-Type: application/json\r\n"
+            "Content-Length: 2\r\n\r\n");
+}
+
 TEST(WireTest, TokensAndValues) {
   EXPECT_TRUE(IsHttpToken("X-Request_Id.v2~!"));
   EXPECT_FALSE(IsHttpToken(""));
@@ -98,6 +110,14 @@ TEST(WireTest, TokensAndValues) {
   EXPECT_TRUE(IsSafeFieldValue("a b\tc \xc3\xa9"));
   EXPECT_FALSE(IsSafeFieldValue("a\nb"));
   EXPECT_FALSE(IsSafeFieldValue("a\rb"));
+  EXPECT_FALSE(IsSafeFieldValue("a\x01" "b"));
+  EXPECT_FALSE(IsSafeFieldValue("a\x7f"));
+  EXPECT_TRUE(IsSafeTarget("/v1/chat/completions?x=%20&y=~"));
+  EXPECT_FALSE(IsSafeTarget(""));
+  EXPECT_FALSE(IsSafeTarget("/a\tb"));
+  EXPECT_FALSE(IsSafeTarget("/a b"));
+  EXPECT_FALSE(IsSafeTarget("/caf\xc3\xa9"));
+  EXPECT_FALSE(IsSafeTarget("/a\x7f"));
   EXPECT_EQ(ReasonPhrase(404), "Not Found");
   EXPECT_EQ(ReasonPhrase(503), "Service Unavailable");
 }
