@@ -192,6 +192,39 @@ TEST(RequestInfo, RewrittenBodyIsTheDocumentWithTheEdits) {
   EXPECT_EQ(r.status().message(), "stream_options: must be an object");
 }
 
+// The gateway reads a body and then rewrites it; the rewrite reuses the document the read left in
+// the thread's parser only when it is of the same bytes, and writes what a fresh parse would.
+TEST(RequestInfo, ARewriteAfterAReadWritesWhatAFreshParseWould) {
+  const BodyEdits edits{.model = "base", .include_usage = true};
+  const std::string a = R"({"model":"alias","messages":[{"role":"user","content":"aaaa"}],"stream":true})";
+  std::string b = a;
+  b.replace(b.find("aaaa"), 4, "bbbb");  // same size, other bytes
+  const std::string fresh_a = *RewriteBody(a, edits);
+  ASSERT_TRUE(UsageOfText(R"({"usage":{"prompt_tokens":1}})").has_value());  // the parser now holds another text
+  const std::string fresh_b = *RewriteBody(b, edits);
+  ASSERT_NE(fresh_a, fresh_b);
+
+  ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
+  EXPECT_EQ(*RewriteBody(a, edits), fresh_a);  // the read's document
+  ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
+  EXPECT_EQ(*RewriteBody(b, edits), fresh_b);  // not a's document: the bytes differ
+  ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
+  EXPECT_EQ(*RewriteBody("\xEF\xBB\xBF" + a, edits), fresh_a);  // a byte order mark is read past either way
+  ASSERT_FALSE(ParseRequestInfo("{\"model\":", Endpoint::kChat).ok());
+  EXPECT_FALSE(RewriteBody("{\"model\":", edits).ok());  // a failed read leaves no document
+  ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
+  ASSERT_TRUE(UsageOfText(R"({"usage":{"prompt_tokens":1}})").has_value());
+  EXPECT_EQ(*RewriteBody(a, edits), fresh_a);  // parsed again after another text
+  const std::string big = json{{"model", "alias"}, {"messages", {{{"role", "user"}, {"content", std::string(300 << 10, 'x')}}}}}
+                              .dump();  // over the size the thread's parser keeps
+  ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
+  ASSERT_TRUE(ParseRequestInfo(big, Endpoint::kChat).ok());
+  StatusOr<std::string> big_out = RewriteBody(big, edits);
+  ASSERT_TRUE(big_out.ok()) << big_out.status();
+  EXPECT_EQ(json::parse(*big_out)["model"], "base");
+  EXPECT_EQ(*RewriteBody(a, edits), fresh_a);
+}
+
 TEST(RequestInfo, BadFieldsAreNamed) {
   struct Case {
     json body;
