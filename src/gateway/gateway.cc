@@ -265,7 +265,7 @@ http::Response Gateway::Finish(Call& call, http::Response r) {
 }
 
 http::Response Gateway::Refuse(Call& call, std::string_view reason, http::Response r) {
-  rejected_->Inc({std::string(reason)});
+  rejected_->Inc({reason});
   if (call.rec.error.empty()) {
     // The message of the OpenAI error body.
     json j = json::parse(r.body, nullptr, false);

@@ -17,9 +17,8 @@ using nlohmann::json;
 
 constexpr int64_t kMaxTokensBound = 100'000'000;
 // Documents up to this size are parsed with the thread's parser, which keeps the capacity of the
-// largest it parsed (about 14 bytes per byte of text: at most ~3.5 MiB per thread); larger ones
-// get a parser of their own, allocated and freed for them (~0.1 ms more for a 64 KiB text: not
-// for the RAG-sized bodies most long prompts are, 16 KiB to 256 KiB).
+// largest it parsed (about 14 bytes per byte of text, with the kept copy of the text: at most
+// ~3.7 MiB per thread); larger ones get a parser of their own, allocated and freed for them.
 constexpr size_t kKeepParserBytes = size_t{256} << 10;
 // simdjson's default nesting limit; nlohmann's dump recurses once per level, so a text nested
 // deeper never reaches it (RewriteDocument, Renormalized).
@@ -28,9 +27,10 @@ constexpr int kMaxDepth = static_cast<int>(simdjson::DEFAULT_MAX_DEPTH);
 struct ThreadParser {
   dom::parser parser;
   std::string padded;  // the text, with the zone simdjson may read past its end
-  // parser.doc is the document of `padded` (its last parse succeeded): RewriteBody of the text
+  // The document of `padded`, when its last parse succeeded: RewriteBody of the text
   // ParseRequestInfo just read uses it instead of parsing the same bytes again.
-  bool holds_document = false;
+  std::optional<dom::element> document;
+  int64_t reuses = 0;  // rewrites that used `document` (request_internal::DocumentReuses)
 };
 
 // Not in ParseJson: a template's thread_local is one per instantiation.
@@ -51,11 +51,11 @@ auto ParseJson(std::string_view text, Use&& use) {
     return use(parser.parse(copy));
   }
   ThreadParser& t = ThisThreadsParser();
-  t.holds_document = false;
+  t.document.reset();
   t.padded.reserve(text.size() + simdjson::SIMDJSON_PADDING);
   t.padded.assign(text.data(), text.size());
   simdjson::simdjson_result<dom::element> doc = t.parser.parse(t.padded.data(), t.padded.size(), /*realloc_if_needed=*/false);
-  t.holds_document = doc.error() == simdjson::SUCCESS;
+  if (doc.error() == simdjson::SUCCESS) t.document = doc.value_unsafe();
   return use(doc);
 }
 
@@ -64,8 +64,9 @@ auto ParseJson(std::string_view text, Use&& use) {
 std::optional<dom::element> LastDocumentOf(std::string_view text) {
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
   ThreadParser& t = ThisThreadsParser();
-  if (!t.holds_document || text.size() > kKeepParserBytes || std::string_view(t.padded) != text) return std::nullopt;
-  return t.parser.doc.root();
+  if (!t.document || text.size() > kKeepParserBytes || std::string_view(t.padded) != text) return std::nullopt;
+  ++t.reuses;
+  return t.document;
 }
 
 // Whether `text` nests no deeper than kMaxDepth (brackets outside strings).
@@ -337,6 +338,10 @@ StatusOr<RequestInfo> ParseRequestInfo(std::string_view body, Endpoint endpoint)
 }
 
 StatusOr<std::string> RewriteBody(std::string_view body, const BodyEdits& edits) { return Rewrite(body, edits); }
+
+namespace request_internal {
+int64_t DocumentReuses() { return ThisThreadsParser().reuses; }
+}  // namespace request_internal
 
 std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks) {
   std::vector<uint64_t> out;

@@ -75,6 +75,12 @@ struct BodyEdits {
 // document. INVALID_ARGUMENT for a body that is not a JSON object.
 StatusOr<std::string> RewriteBody(std::string_view body, const BodyEdits& edits);
 
+namespace request_internal {
+// For tests: rewrites on this thread that used the document ParseRequestInfo left (not parsing
+// the same bytes again).
+int64_t DocumentReuses();
+}  // namespace request_internal
+
 std::vector<uint64_t> PrefixHashes(std::string_view text, size_t block_bytes, int max_blocks);
 
 struct TokenUsage {

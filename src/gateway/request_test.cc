@@ -199,30 +199,47 @@ TEST(RequestInfo, ARewriteAfterAReadWritesWhatAFreshParseWould) {
   const std::string a = R"({"model":"alias","messages":[{"role":"user","content":"aaaa"}],"stream":true})";
   std::string b = a;
   b.replace(b.find("aaaa"), 4, "bbbb");  // same size, other bytes
-  const std::string fresh_a = *RewriteBody(a, edits);
+  auto rewrite = [&](const std::string& text) {
+    StatusOr<std::string> out = RewriteBody(text, edits);
+    EXPECT_TRUE(out.ok()) << text << ": " << out.status();
+    return out.ok() ? *out : std::string();
+  };
+  auto reuses = [] { return request_internal::DocumentReuses(); };
+  const std::string fresh_a = rewrite(a);
   ASSERT_TRUE(UsageOfText(R"({"usage":{"prompt_tokens":1}})").has_value());  // the parser now holds another text
-  const std::string fresh_b = *RewriteBody(b, edits);
+  const std::string fresh_b = rewrite(b);
   ASSERT_NE(fresh_a, fresh_b);
 
+  int64_t before = reuses();
   ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
-  EXPECT_EQ(*RewriteBody(a, edits), fresh_a);  // the read's document
+  EXPECT_EQ(rewrite(a), fresh_a);  // the read's document
+  EXPECT_EQ(reuses(), before + 1);
   ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
-  EXPECT_EQ(*RewriteBody(b, edits), fresh_b);  // not a's document: the bytes differ
+  EXPECT_EQ(rewrite(b), fresh_b);  // not a's document: the bytes differ
+  EXPECT_EQ(reuses(), before + 1);
   ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
-  EXPECT_EQ(*RewriteBody("\xEF\xBB\xBF" + a, edits), fresh_a);  // a byte order mark is read past either way
+  EXPECT_EQ(rewrite("\xEF\xBB\xBF" + a), fresh_a);  // a byte order mark is read past either way
+  EXPECT_EQ(reuses(), before + 2);
   ASSERT_FALSE(ParseRequestInfo("{\"model\":", Endpoint::kChat).ok());
   EXPECT_FALSE(RewriteBody("{\"model\":", edits).ok());  // a failed read leaves no document
+  EXPECT_EQ(reuses(), before + 2);
   ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
   ASSERT_TRUE(UsageOfText(R"({"usage":{"prompt_tokens":1}})").has_value());
-  EXPECT_EQ(*RewriteBody(a, edits), fresh_a);  // parsed again after another text
+  EXPECT_EQ(rewrite(a), fresh_a);  // parsed again after another text
+  EXPECT_EQ(reuses(), before + 2);
+  // A number simdjson refuses: the read and the rewrite both go through a document.
+  const std::string big_number = R"({"model":"alias","messages":[],"seed":123456789012345678901234567890})";
+  ASSERT_TRUE(ParseRequestInfo(big_number, Endpoint::kChat).ok());
+  const std::string renormalized = rewrite(big_number);
+  EXPECT_EQ(json::parse(renormalized)["model"], "base") << renormalized;
+  EXPECT_EQ(reuses(), before + 2);
   const std::string big = json{{"model", "alias"}, {"messages", {{{"role", "user"}, {"content", std::string(300 << 10, 'x')}}}}}
                               .dump();  // over the size the thread's parser keeps
   ASSERT_TRUE(ParseRequestInfo(a, Endpoint::kChat).ok());
   ASSERT_TRUE(ParseRequestInfo(big, Endpoint::kChat).ok());
-  StatusOr<std::string> big_out = RewriteBody(big, edits);
-  ASSERT_TRUE(big_out.ok()) << big_out.status();
-  EXPECT_EQ(json::parse(*big_out)["model"], "base");
-  EXPECT_EQ(*RewriteBody(a, edits), fresh_a);
+  EXPECT_EQ(json::parse(rewrite(big))["model"], "base");
+  EXPECT_EQ(reuses(), before + 2);
+  EXPECT_EQ(rewrite(a), fresh_a);
 }
 
 TEST(RequestInfo, BadFieldsAreNamed) {

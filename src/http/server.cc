@@ -144,14 +144,16 @@ class Core {
   }
 
   // Requests handed to a handler and not answered yet; Stop waits for them.
-  // The count is atomic; only the last answer takes the lock, to wake Stop (which checks the
-  // count under that lock, so the wake-up cannot fall between its check and its wait).
-  void AddPending() { pending_.fetch_add(1, std::memory_order_relaxed); }
+  // Under the lock, decrement and wake-up both: Stop may see the count at zero only after the
+  // last answer has let go of the lock, so an answer from a thread of the handler's own never
+  // touches the server after Stop returned.
+  void AddPending() {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    ++pending_;
+  }
   void DonePending() {
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(pending_mu_);
-      pending_cv_.notify_all();
-    }
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    if (--pending_ == 0) pending_cv_.notify_all();
   }
 
   // Starts `body` on a thread of its own; false (and nothing started) once stopping.
@@ -197,7 +199,7 @@ class Core {
   const AsyncHandler async_;
   std::mutex pending_mu_;
   std::condition_variable pending_cv_;
-  std::atomic<int> pending_{0};
+  int pending_ = 0;  // GUARDED_BY(pending_mu_)
   std::mutex stop_mu_;
   bool stopped_ = false;  // GUARDED_BY(stop_mu_)
   std::mutex conns_mu_;
@@ -723,7 +725,7 @@ void Core::Stop() {
   // 4. Wait for the answers still owed (async handlers, blocking ones on the workers).
   {
     std::unique_lock<std::mutex> lock(pending_mu_);
-    pending_cv_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    pending_cv_.wait(lock, [&] { return pending_ == 0; });
   }
   workers.join();
   work_.reset();
