@@ -72,6 +72,7 @@ struct Gateway::AsyncForward {
   http::Responder respond;
   http::EventLoop* loop = nullptr;
   std::string target;
+  std::shared_ptr<const std::string> body;  // the call's body, moved here once for every attempt
   std::vector<std::string> tried;  // replica urls, as in Forward
   int attempt = 0;
   Attempted a;
@@ -312,6 +313,7 @@ void Gateway::HandleAsync(Endpoint endpoint, http::Request& req, http::Responder
   auto f = std::make_shared<AsyncForward>(AsyncForward{.call = std::move(call), .route = std::move(route),
                                                        .respond = std::move(respond), .loop = loop});
   f->target = std::string("/v1/") + EndpointName(f->call->endpoint);
+  f->body = std::make_shared<const std::string>(std::move(f->call->body));  // not copied per attempt
   TryNextReplica(std::move(f));
 }
 
@@ -625,7 +627,7 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
   f->tried.push_back(r->url());
   r->in_flight.fetch_add(1, std::memory_order_relaxed);
   const auto t = SteadyClock::now();
-  upstream_.Send(*f->loop, r->url(), "POST", f->target, call.body, {{"x-request-id", call.rec.request_id}},
+  upstream_.Send(*f->loop, r->url(), "POST", f->target, f->body, {{"x-request-id", call.rec.request_id}},
                  [this, f, r, replica_id, t](http::AsyncResult res) mutable {
                    Call& c = *f->call;
                    c.upstream += SteadyClock::now() - t;

@@ -359,6 +359,7 @@ TEST(Gateway, RetriesAnotherReplicaWhenOneIsDead) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(r->headers["x-aicloud-replica"], "live");
+    if (i == 0) EXPECT_EQ(live.last_raw_body(), Harness::Chat("m").dump());  // the retry carried the whole body
   }
   EXPECT_EQ(live.requests.load(), 4);
   std::vector<UsageRecord> recs = h.sink.records();

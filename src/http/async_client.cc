@@ -104,7 +104,8 @@ struct Exchange {
   ConnectionPool* pool;
   std::string upstream, host, port;
   std::string method, target;
-  std::string head, body;  // the request as written: head text (wire.h) and body
+  std::string head;  // the request's head as written (wire.h)
+  std::shared_ptr<const std::string> body;  // never null
   std::chrono::milliseconds timeout;
   size_t max_idle;
   AsyncClient::Callback done;
@@ -116,7 +117,7 @@ std::string What(const Exchange& x) {
 }
 
 std::array<asio::const_buffer, 2> RequestBuffers(const Exchange& x) {
-  return {asio::buffer(x.head), asio::buffer(x.body)};
+  return {asio::buffer(x.head), asio::buffer(*x.body)};
 }
 
 // Connects `c` to the upstream; the error in the synchronous Client's words.
@@ -389,6 +390,11 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
 
 void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
                        std::string body, const Headers& headers, Callback done) const {
+  Send(loop, upstream, method, target, std::make_shared<const std::string>(std::move(body)), headers, std::move(done));
+}
+
+void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
+                       std::shared_ptr<const std::string> body, const Headers& headers, Callback done) const {
   auto x = std::make_shared<Exchange>();
   x->pool = &asio::use_service<ConnectionPool>(loop);
   x->upstream = std::string(upstream);
@@ -411,7 +417,7 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
                              .target = target,
                              .host = host_header,
                              .headers = &headers,
-                             .body_size = body.size(),
+                             .body_size = body->size(),
                              .send_length = method == "POST" || method == "PUT" || method == "PATCH"},
                             &error);
   if (x->head.empty()) {

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -63,6 +64,10 @@ class AsyncClient {
   // REQUIRES: the loop runs until `done` was called (a Server waits for its async handlers).
   void Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
             std::string body, const Headers& headers, Callback done) const;
+  // The same with a body the caller shares (a proxy that may send it again to another upstream
+  // keeps one copy for all its attempts). REQUIRES: body is not null.
+  void Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
+            std::shared_ptr<const std::string> body, const Headers& headers, Callback done) const;
 
   // Idle connections in `loop`'s pool for `upstream` (for tests and metrics). Any thread.
   static size_t IdleConnections(EventLoop& loop, std::string_view upstream);

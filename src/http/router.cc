@@ -12,6 +12,7 @@ namespace {
 
 std::vector<std::string_view> SplitPath(std::string_view path) {
   std::vector<std::string_view> out;
+  out.reserve(8);
   size_t start = 0;
   while (start <= path.size()) {
     size_t slash = path.find('/', start);
@@ -21,6 +22,12 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
     start = slash + 1;
   }
   return out;
+}
+
+// Whether a path segment, percent-decoded, is `literal` (decoding only when it holds an escape).
+bool SegmentIs(std::string_view segment, std::string_view literal) {
+  if (segment.find('%') == std::string_view::npos) return segment == literal;
+  return PercentDecode(segment) == literal;
 }
 
 // Turns a handler's exception into the 500 every route gives.
@@ -131,40 +138,45 @@ const Router::Route* Router::Match(Request& req, Response* error) const {
 
   // Rank of a match: one entry per path segment (3 literal, 2 param, 1 inside a rest), then 1 for
   // an exact-length pattern or 0 for a rest pattern, so every rank has the same length; larger
-  // wins, which makes "/files" beat "/files/{rest...}" on "/files".
-  const Route* best = nullptr;
-  std::vector<int> best_rank;
-  std::set<std::string> allowed;
-  for (const Route& route : routes_) {
-    std::vector<int> rank;
-    bool ok = true;
+  // wins, which makes "/files" beat "/files/{rest...}" on "/files". Kept as characters: a short
+  // path's rank fits a string without allocating.
+  auto rank_of = [&](const Route& route, std::string* rank) {
+    rank->clear();
     size_t i = 0;
     for (const Segment& seg : route.segments) {
       if (seg.kind == Segment::Kind::kRest) {
-        rank.resize(parts.size(), 1);
-        rank.push_back(0);
-        i = parts.size();
-        break;
+        rank->resize(parts.size(), '1');
+        rank->push_back('0');
+        return true;
       }
-      if (i >= parts.size() ||
-          (seg.kind == Segment::Kind::kLiteral && PercentDecode(parts[i]) != seg.text)) {
-        ok = false;
-        break;
-      }
-      rank.push_back(seg.kind == Segment::Kind::kLiteral ? 3 : 2);
+      if (i >= parts.size() || (seg.kind == Segment::Kind::kLiteral && !SegmentIs(parts[i], seg.text))) return false;
+      rank->push_back(seg.kind == Segment::Kind::kLiteral ? '3' : '2');
       ++i;
     }
-    if (!ok || i != parts.size()) continue;
-    if (rank.size() == parts.size()) rank.push_back(1);
-    allowed.insert(route.method);
+    if (i != parts.size()) return false;
+    rank->push_back('1');
+    return true;
+  };
+  const Route* best = nullptr;
+  bool path_matched = false;  // by a route of any method
+  std::string best_rank, rank;
+  for (const Route& route : routes_) {
+    if (!rank_of(route, &rank)) continue;
+    path_matched = true;
     if (route.method != req.method) continue;
     if (best == nullptr || rank > best_rank) {
       best = &route;
-      best_rank = std::move(rank);
+      best_rank.swap(rank);
     }
   }
 
   if (best == nullptr) {
+    std::set<std::string> allowed;
+    if (path_matched) {
+      for (const Route& route : routes_) {
+        if (rank_of(route, &rank)) allowed.insert(route.method);
+      }
+    }
     if (allowed.empty()) {
       *error = Response::Error(404, "not_found", "no route for " + req.method + " " + req.path);
       return nullptr;
