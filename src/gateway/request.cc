@@ -249,8 +249,6 @@ std::optional<TokenUsage> ReadUsage(std::string_view body, bool retried) {
 }
 
 
-void AppendString(std::string& out, std::string_view text) { AppendJsonString(&out, text); }
-
 // BodyEdits made through an nlohmann document: the path for texts simdjson refuses.
 StatusOr<std::string> RewriteDocument(std::string_view body, const BodyEdits& edits) {
   if (!NestsWithinLimit(body)) return InvalidArgumentError("body: nested deeper than " + std::to_string(kMaxDepth) + " levels");
@@ -276,7 +274,7 @@ StatusOr<std::string> Rewrite(std::string_view body, const BodyEdits& edits) {
     out += '{';
     auto member = [&](std::string_view key) {
       if (out.size() > 1) out += ',';
-      AppendString(out, key);
+      AppendJsonString(&out, key);
       out += ':';
     };
     std::optional<dom::element> stream_options;
@@ -291,7 +289,7 @@ StatusOr<std::string> Rewrite(std::string_view body, const BodyEdits& edits) {
     }
     if (edits.model) {
       member("model");
-      AppendString(out, *edits.model);
+      AppendJsonString(&out, *edits.model);
     }
     if (edits.include_usage) {
       member("stream_options");
@@ -299,7 +297,7 @@ StatusOr<std::string> Rewrite(std::string_view body, const BodyEdits& edits) {
       if (stream_options && stream_options->is_object()) {
         for (dom::key_value_pair kv : dom::object(*stream_options)) {
           if (kv.key == "include_usage") continue;
-          AppendString(out, kv.key);
+          AppendJsonString(&out, kv.key);
           out += ':';
           out += simdjson::minify(kv.value);
           out += ',';
