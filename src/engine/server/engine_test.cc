@@ -11,6 +11,7 @@
 
 #include "engine/lora/random_adapter.h"
 #include "engine/model/random_checkpoint.h"
+#include "engine/model/model_test_util.h"
 #include "engine/model/test_models.h"
 #include "engine/server/api.h"
 #include "http/client.h"
@@ -25,15 +26,16 @@ const std::string kSource = AICLOUD_SOURCE_DIR;
 
 // The reference fixtures' "plain" model (engine/model/test_models.h), written as "tiny".
 fs::path WriteModel() {
-  static fs::path dir = [] {
-    std::string t = (fs::temp_directory_path() / "engine_test.XXXXXX").string();
-    fs::path d = ::mkdtemp(t.data());
+  // Each test runs in its own process, so the checkpoint (~27 MB) is written once per process
+  // and removed with the directory when the process exits.
+  static const testing::TempDir dir;
+  static const fs::path model = [] {
     const InitCheckpointOptions o = PlainTestModel(kSource);
-    StatusOr<ModelConfig> w = InitRandomCheckpoint(d / "tiny", o);
+    StatusOr<ModelConfig> w = InitRandomCheckpoint(dir / "tiny", o);
     EXPECT_TRUE(w.ok()) << w.status();
-    return d / "tiny";
+    return dir / "tiny";
   }();
-  return dir;
+  return model;
 }
 
 std::unique_ptr<Engine> Start(EngineOptions o = {}) {
