@@ -110,10 +110,32 @@ struct Exchange {
   size_t max_idle;
   AsyncClient::Callback done;
   std::unique_ptr<Conn> conn;  // from the pool, or null
+  // On the exchange's executor: the stream in use (closed by a cancellation) and whether the
+  // caller's cancel signal was raised.
+  beast::tcp_stream* active = nullptr;
+  bool cancelled = false;
 };
+
+Status Cancelled(const Exchange& x);
 
 std::string What(const Exchange& x) {
   return "http client: " + x.method + " " + x.host + ":" + x.port + x.target;
+}
+
+Status Cancelled(const Exchange& x) { return Status(StatusCode::kCancelled, What(x) + ": cancelled"); }
+
+// Raising `cancel` closes the exchange's stream on its executor (the pending operation ends
+// with an error, which the exchange then reports as CANCELLED).
+void CloseOnCancel(CancelSignal& cancel, const std::shared_ptr<Exchange>& x, asio::any_io_executor ex) {
+  cancel.OnCancel([weak = std::weak_ptr<Exchange>(x), ex] {
+    asio::post(ex, [weak] {
+      std::shared_ptr<Exchange> live = weak.lock();
+      if (!live) return;  // already delivered
+      live->cancelled = true;
+      error_code ignored;
+      if (live->active) live->active->socket().close(ignored);
+    });
+  });
 }
 
 std::array<asio::const_buffer, 2> RequestBuffers(const Exchange& x) {
@@ -149,13 +171,21 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
   AsyncResult result;
   std::unique_ptr<Conn> conn = std::move(x->conn);
   for (int attempt = 0;; ++attempt) {
+    if (x->cancelled) {
+      result = AsyncResult();
+      result.status = Cancelled(*x);
+      break;
+    }
     const bool reused = conn != nullptr;
     if (!conn) {
       // A retry keeps the strand this coroutine runs on.
       conn = std::make_unique<Conn>(co_await asio::this_coro::executor);
+      x->active = &conn->stream;
       result.status = co_await Connect(*x, *conn, deadline);
+      if (x->cancelled) result.status = Cancelled(*x);
       if (!result.status.ok()) break;
     }
+    x->active = &conn->stream;
     conn->stream.expires_at(deadline);
     std::optional<bhttp::response_parser<bhttp::string_body>> parser_slot;
     auto fresh_parser = [&]() -> bhttp::response_parser<bhttp::string_body>& {
@@ -189,18 +219,21 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
     result.reused = reused;
     if (ec) {
       conn->stream.close();
+      x->active = nullptr;
       conn.reset();
       // A kept-alive connection the upstream closed meanwhile: once more on a new one.
-      if (reused && attempt == 0 && !interim && !parser.got_some() && ec != beast::error::timeout) {
+      if (reused && attempt == 0 && !interim && !parser.got_some() && ec != beast::error::timeout && !x->cancelled) {
         result = AsyncResult();
         continue;
       }
-      result.status = ec == beast::error::timeout
+      result.status = x->cancelled ? Cancelled(*x)
+                      : ec == beast::error::timeout
                           ? DeadlineExceeded(What(*x) + ": timed out after " + std::to_string(x->timeout.count()) + " ms")
                           : UnavailableError(What(*x) + ": " + ec.message());
       break;
     }
     conn->stream.expires_never();
+    x->active = nullptr;
     if (parser.get().keep_alive()) {
       x->pool->Put(x->upstream, std::move(conn), x->max_idle);
     } else {
@@ -209,6 +242,7 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
     break;
   }
   if (conn) conn->stream.close();
+  x->active = nullptr;
   AsyncClient::Callback done = std::move(x->done);
   x.reset();
   try {
@@ -234,6 +268,13 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   }
 
   void Start() {
+    if (x_->cancelled) {
+      x_->pool->Put(x_->upstream, std::move(conn_), x_->max_idle);  // unused: still good
+      AsyncResult result;
+      result.status = Cancelled(*x_);
+      return Deliver(std::move(result));
+    }
+    x_->active = &conn_->stream;
     tcp::socket& socket = conn_->stream.socket();
     error_code ec;
     // Synchronous writes answer would_block instead of waiting (set once: it is an ioctl).
@@ -328,6 +369,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   void Finish(bool keep) {
     ended_ = true;
     timer_.cancel();
+    x_->active = nullptr;
     AsyncResult result;
     result.reused = true;
     result.response.status = static_cast<int>(parser_->get().result_int());
@@ -345,9 +387,10 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   void Fail(error_code ec) {
     ended_ = true;
     timer_.cancel();
+    x_->active = nullptr;
     error_code ignored;
     conn_->stream.socket().close(ignored);
-    if (!timed_out_ && !got_bytes_ && !parser_->got_some()) {
+    if (!timed_out_ && !x_->cancelled && !got_bytes_ && !parser_->got_some()) {
       // A kept-alive connection the upstream closed meanwhile: once more on a new one.
       x_->conn.reset();
       asio::co_spawn(timer_.get_executor(), Run(std::move(x_)), asio::detached);
@@ -360,7 +403,8 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
       result.response.headers = HeadersOf(parser_->get());
       result.response.body = std::move(parser_->get().body());
     }
-    result.status = timed_out_ ? DeadlineExceeded(What(*x_) + ": timed out after " +
+    result.status = x_->cancelled ? Cancelled(*x_)
+                    : timed_out_  ? DeadlineExceeded(What(*x_) + ": timed out after " +
                                                   std::to_string(x_->timeout.count()) + " ms")
                                : UnavailableError(What(*x_) + ": " + ec.message());
     Deliver(std::move(result));
@@ -394,7 +438,8 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
 }
 
 void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
-                       std::shared_ptr<const std::string> body, const Headers& headers, Callback done) const {
+                       std::shared_ptr<const std::string> body, const Headers& headers, Callback done,
+                       std::shared_ptr<CancelSignal> cancel) const {
   auto x = std::make_shared<Exchange>();
   x->pool = &asio::use_service<ConnectionPool>(loop);
   x->upstream = std::string(upstream);
@@ -430,11 +475,14 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
   x->conn = x->pool->Take(upstream);
   if (x->conn) {
     asio::any_io_executor ex = x->conn->stream.get_executor();
+    if (cancel) CloseOnCancel(*cancel, x, ex);
     auto exchange = std::make_shared<PooledExchange>(std::move(x));
     asio::dispatch(ex, [exchange] { exchange->Start(); });
     return;
   }
-  asio::co_spawn(loop.ConnectionExecutor(), Run(std::move(x)), asio::detached);
+  asio::any_io_executor ex = loop.ConnectionExecutor();
+  if (cancel) CloseOnCancel(*cancel, x, ex);
+  asio::co_spawn(ex, Run(std::move(x)), asio::detached);
 }
 
 size_t AsyncClient::IdleConnections(EventLoop& loop, std::string_view upstream) {

@@ -28,6 +28,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "http/cancel.h"
 #include "http/client.h"
 #include "http/responder.h"
 
@@ -40,7 +41,8 @@ struct AsyncClientOptions {
 };
 
 struct AsyncResult {
-  // OK: the whole response arrived. UNAVAILABLE: connection failure; DEADLINE_EXCEEDED: timeout.
+  // OK: the whole response arrived. UNAVAILABLE: connection failure; DEADLINE_EXCEEDED: timeout;
+  // CANCELLED: the caller's cancel signal was raised.
   Status status;
   // status != 0 once the response head arrived, also when the body was then cut short (status
   // not OK): body holds what arrived.
@@ -65,9 +67,12 @@ class AsyncClient {
   void Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
             std::string body, const Headers& headers, Callback done) const;
   // The same with a body the caller shares (a proxy that may send it again to another upstream
-  // keeps one copy for all its attempts). REQUIRES: body is not null.
+  // keeps one copy for all its attempts). REQUIRES: body is not null. With `cancel`, raising it
+  // ends the exchange: its connection is closed (the upstream sees its client go away) and
+  // `done` gets CANCELLED, unless the answer was complete already.
   void Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
-            std::shared_ptr<const std::string> body, const Headers& headers, Callback done) const;
+            std::shared_ptr<const std::string> body, const Headers& headers, Callback done,
+            std::shared_ptr<CancelSignal> cancel = nullptr) const;
 
   // Idle connections in `loop`'s pool for `upstream` (for tests and metrics). Any thread.
   static size_t IdleConnections(EventLoop& loop, std::string_view upstream);

@@ -245,6 +245,98 @@ TEST(AsyncClientTest, ReplacesAPooledConnectionTheUpstreamClosed) {
   EXPECT_NE(second["body"], first["body"]);
 }
 
+int ConnectTo(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A proxy that forwards with its request's client_gone signal: the client going away ends the
+// upstream call (CANCELLED) and closes the upstream connection, so the upstream's own handler
+// sees its client go away too, over a new connection and over a pooled one.
+TEST(AsyncClientTest, ClientGoingAwayCancelsTheUpstreamCall) {
+  std::atomic<int> upstream_saw_gone{0};
+  std::mutex remotes_mu;
+  std::vector<std::string> remotes;  // the upstream connections /quick and /slow came over
+  Router router;
+  router.Add("GET", "/quick", [&](Request& req) {
+    std::lock_guard<std::mutex> lock(remotes_mu);
+    remotes.push_back(req.remote);
+    return Response::Text(200, "quick");
+  });
+  router.Add("GET", "/slow", [&](Request& req) {
+    {
+      std::lock_guard<std::mutex> lock(remotes_mu);
+      remotes.push_back(req.remote);
+    }
+    for (int i = 0; i < 500; ++i) {  // up to 5 s
+      if (req.client_gone->cancelled()) {
+        ++upstream_saw_gone;
+        return Response::Text(200, "unread");
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return Response::Text(200, "slow");
+  });
+  ServerOptions fast_checks;
+  fast_checks.client_check_interval = 50ms;
+  auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); }, fast_checks);
+  ASSERT_TRUE(up);
+  AsyncClient client;
+  std::mutex mu;
+  std::vector<std::string> codes;  // the proxy's upstream results, in order
+  auto proxy = StartAsync(
+      [&](Request& req, Responder respond) {
+        client.Send(*respond.loop(), HostPort(*up), "GET", req.target, std::make_shared<const std::string>(), {},
+                    [&, respond](AsyncResult r) {
+                      {
+                        std::lock_guard<std::mutex> lock(mu);
+                        codes.push_back(std::string(StatusCodeName(r.status.code())) + " " + r.status.message());
+                      }
+                      respond(Response::Text(r.answered() ? 200 : 502, r.response.body));
+                    },
+                    req.client_gone);
+      },
+      fast_checks);
+  ASSERT_TRUE(proxy);
+
+  auto leave_mid_request = [&](int expected_gone) {
+    const auto start = std::chrono::steady_clock::now();
+    int fd = ConnectTo(proxy->port());
+    ASSERT_GE(fd, 0);
+    const std::string get = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(::write(fd, get.data(), get.size()), static_cast<ssize_t>(get.size()));
+    std::this_thread::sleep_for(100ms);
+    ::close(fd);
+    while (upstream_saw_gone < expected_gone && std::chrono::steady_clock::now() - start < 4s) {
+      std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_EQ(upstream_saw_gone.load(), expected_gone);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  };
+  leave_mid_request(1);  // a new upstream connection (none pooled yet)
+  StatusOr<ClientResponse> quick = Client(Url(*proxy)).Send("GET", "/quick");
+  ASSERT_TRUE(quick.ok()) << quick.status();
+  EXPECT_EQ(quick->body, "quick");
+  leave_mid_request(2);  // over the pooled connection /quick left
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(codes.size(), 3u);
+  EXPECT_TRUE(codes[0].starts_with("CANCELLED")) << codes[0];
+  EXPECT_NE(codes[0].find("cancelled"), std::string::npos) << codes[0];
+  EXPECT_TRUE(codes[1].starts_with("OK")) << codes[1];
+  EXPECT_TRUE(codes[2].starts_with("CANCELLED")) << codes[2];
+  std::lock_guard<std::mutex> remotes_lock(remotes_mu);
+  ASSERT_EQ(remotes.size(), 3u);
+  EXPECT_EQ(remotes[1], remotes[2]);  // the second slow call went over the pooled connection
+}
+
 TEST(AsyncClientTest, RefusedIsUnavailableAndSlowIsDeadlineExceeded) {
   uint16_t dead_port;
   {

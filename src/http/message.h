@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "http/cancel.h"
 
 namespace aicloud::http {
 
@@ -40,6 +42,9 @@ struct Request {
   std::string remote;                          // "127.0.0.1:43122"
   std::map<std::string, std::string> params;   // filled by Router from "{name}" segments
   std::string route;  // the matched pattern, e.g. "/api/v1/tenants/{tenant}/jobs" ("" if none)
+  // Raised by the server when the client goes away before the answer (checked about once per
+  // ServerOptions::client_check_interval); null for requests not read by a server.
+  std::shared_ptr<CancelSignal> client_gone;
 
   // "" if absent. REQUIRES: lower_name is lower-case.
   std::string Header(std::string_view lower_name) const;

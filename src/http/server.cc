@@ -16,6 +16,8 @@
 #include "http/asio.h"
 #include "http/wire.h"
 
+#include <poll.h>
+
 // Shape: one acceptor coroutine on its own strand; one coroutine per connection on that
 // connection's strand (with one I/O thread the loop itself: EventLoop::ConnectionExecutor), which reads a request, calls the handler (CallHandler: an AsyncHandler
 // inline, a blocking Handler on the worker pool) and writes the answer when the Responder
@@ -69,6 +71,14 @@ struct ConnBase {
   virtual ~ConnBase() = default;
   // Any thread: ends the current stream and closes the socket.
   virtual void Shutdown() = 0;
+  // Any thread: when a request is being answered and its client has closed or reset the
+  // connection, raises the request's client_gone signal (on the connection's executor).
+  virtual void CheckClient() = 0;
+
+  // Set (on the connection's executor) while a request is with its handler.
+  std::atomic<bool> awaiting{false};
+  // The client_gone signal of this connection's requests; lowered again after each answer.
+  const std::shared_ptr<CancelSignal> gone = std::make_shared<CancelSignal>();
 };
 
 class Core;
@@ -98,6 +108,18 @@ struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stre
     }
     asio::post(stream.get_executor(), [self = this->shared_from_this()] {
       beast::get_lowest_layer(self->stream).close();
+    });
+  }
+
+  void CheckClient() override {
+    if (!awaiting.load(std::memory_order_relaxed)) return;
+    asio::post(stream.get_executor(), [self = this->shared_from_this()] {
+      auto& socket = beast::get_lowest_layer(self->stream).socket();
+      if (!self->awaiting || !socket.is_open() || self->gone->cancelled()) return;
+      // POLLRDHUP: the peer closed its side, also when bytes it sent before (pipelined
+      // requests, a TLS close_notify) are still unread; POLLHUP/POLLERR: reset.
+      pollfd p{socket.native_handle(), POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) self->gone->Cancel();
     });
   }
 
@@ -194,6 +216,8 @@ class Core {
   };
 
   awaitable<void> Accept();
+  // Every opts.client_check_interval: CheckClient on the connections awaiting an answer.
+  void ScheduleClientCheck();
 
   const Handler handler_;    // exactly one of handler_ and async_ is set
   const AsyncHandler async_;
@@ -213,6 +237,7 @@ class Core {
   std::optional<asio::ssl::context> ssl;
   EventLoop ioc;
   tcp::acceptor acceptor;
+  asio::steady_timer client_check{acceptor.get_executor()};  // on the acceptor's executor
   asio::thread_pool workers;
 
  private:
@@ -549,8 +574,12 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
     bool keep_alive = parser.get().keep_alive();
     bool head = parser.get().method() == bhttp::verb::head;
     auto req = std::make_shared<Request>(ToRequest(parser.release(), c->remote));
+    req->client_gone = c->gone;
+    c->awaiting = true;
     Response resp = co_await CallHandler(core, req);
+    c->awaiting = false;
     req.reset();
+    c->gone->Reset();
     if (resp.stream) {
       co_await RunStream(c, std::move(resp));
       co_return;
@@ -684,9 +713,26 @@ Status Core::Listen() {
   return OkStatus();
 }
 
+void Core::ScheduleClientCheck() {
+  client_check.expires_after(opts.client_check_interval);
+  client_check.async_wait([this](error_code ec) {
+    if (ec || stopping) return;
+    {
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      for (const std::weak_ptr<ConnBase>& w : conns_) {
+        if (std::shared_ptr<ConnBase> c = w.lock()) c->CheckClient();
+      }
+    }
+    ScheduleClientCheck();
+  });
+}
+
 void Core::Run() {
   work_.emplace(ioc.get_executor());
   asio::co_spawn(acceptor.get_executor(), Accept(), asio::detached);
+  if (opts.client_check_interval.count() > 0) {
+    asio::post(acceptor.get_executor(), [this] { ScheduleClientCheck(); });
+  }
   for (int i = 0; i < std::max(1, opts.io_threads); ++i) {
     io_threads_.emplace_back([this] { ioc.run(); });
   }
@@ -704,6 +750,7 @@ void Core::Stop() {
   asio::post(acceptor.get_executor(), [this] {
     error_code ec;
     acceptor.close(ec);
+    client_check.cancel();
   });
   std::vector<std::shared_ptr<ConnBase>> live;
   {

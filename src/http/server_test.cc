@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -390,6 +391,84 @@ TEST(ServerTest, BlockingHandlerDoesNotBlockOthers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
   release.set_value();
   blocked.join();
+}
+
+// A client that closes its connection while its request is with the handler raises the
+// request's client_gone signal (a blocking handler polls it); one that waits for its answer does
+// not, and the next request on a kept-alive connection starts with the signal lowered.
+TEST(ServerTest, ClientThatGoesAwayRaisesClientGone) {
+  std::atomic<int> gone_seen{0}, answered_waiting{0};
+  std::atomic<bool> lowered_at_start{true};
+  Router router = EchoRouter();
+  router.Add("GET", "/slow", [&](Request& req) {
+    if (!req.client_gone || req.client_gone->cancelled()) lowered_at_start = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::stoi(req.Query("ms", "5000")));
+    while (std::chrono::steady_clock::now() < until) {
+      if (req.client_gone->cancelled()) {
+        ++gone_seen;
+        return Response::Text(200, "nobody reads this");
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ++answered_waiting;
+    return Response::Text(200, "done");
+  });
+  ServerOptions o;
+  o.client_check_interval = 50ms;
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); }, o);
+  ASSERT_TRUE(server);
+
+  // Goes away mid-request: noticed within a few checks, long before the 5 s the handler would take.
+  const auto start = std::chrono::steady_clock::now();
+  int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string get = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::write(fd, get.data(), get.size()), static_cast<ssize_t>(get.size()));
+  std::this_thread::sleep_for(100ms);
+  ::close(fd);
+  while (gone_seen == 0 && std::chrono::steady_clock::now() - start < 4s) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(gone_seen.load(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+
+  // Waits for its answers, twice on one connection: not raised.
+  Client client(Url(*server));
+  for (int i = 0; i < 2; ++i) {
+    StatusOr<ClientResponse> r = client.Send("GET", "/slow?ms=300");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->body, "done");
+  }
+  EXPECT_EQ(answered_waiting.load(), 2);
+  EXPECT_EQ(gone_seen.load(), 1);
+  EXPECT_TRUE(lowered_at_start.load());
+}
+
+// The signal also reaches an async handler's callback, which runs on the connection's thread.
+TEST(ServerTest, ClientGoneCallbackReachesAnAsyncHandler) {
+  std::promise<void> called;
+  std::future<void> was_called = called.get_future();
+  std::mutex mu;
+  std::vector<Responder> held;  // answered only when the test ends
+  ServerOptions o;
+  o.client_check_interval = 50ms;
+  StatusOr<std::unique_ptr<Server>> s = Server::Start(o, AsyncHandler([&](Request& req, Responder respond) {
+    req.client_gone->OnCancel([&called] { called.set_value(); });
+    std::lock_guard<std::mutex> lock(mu);
+    held.push_back(std::move(respond));
+  }));
+  ASSERT_TRUE(s.ok());
+  int fd = ConnectLoopback((*s)->port());
+  ASSERT_GE(fd, 0);
+  const std::string get = "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::write(fd, get.data(), get.size()), static_cast<ssize_t>(get.size()));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(was_called.wait_for(0ms), std::future_status::timeout);  // still connected
+  ::close(fd);
+  EXPECT_EQ(was_called.wait_for(3s), std::future_status::ready);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (Responder& r : held) r(Response::Text(200, "late"));
+  }
+  (*s)->Stop();
 }
 
 TEST(ServerTest, SseEventsArriveIncrementally) {
