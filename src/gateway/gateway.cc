@@ -76,6 +76,7 @@ struct Gateway::AsyncForward {
   std::vector<std::string> tried;  // replica urls, as in Forward
   int attempt = 0;
   Attempted a;
+  std::shared_ptr<http::CancelSignal> client_gone;  // the request's; ends the upstream call
 };
 
 // Shared by a stream's pump thread (upstream reader) and the server's stream thread (writer).
@@ -135,6 +136,10 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
   cost_ = metrics_.AddCounter("aicloud_gateway_cost_total", "Cost charged to budgets, by tenant.", {"tenant"});
   retries_ = metrics_.AddCounter("aicloud_gateway_upstream_retries_total",
                                  "Attempts retried on another replica after a connection failure.", {"deployment"});
+  client_gone_ = metrics_.AddCounter("aicloud_gateway_client_gone_total",
+                                     "Unary calls whose client went away before the answer; their upstream call "
+                                     "was closed.",
+                                     {"deployment"});
   handled_ = metrics_.AddCounter("aicloud_gateway_handled_total",
                                  "Requests by where the gateway ran them: fast = on the server's I/O thread with an "
                                  "asynchronous upstream call (or refused there), worker = on a worker thread.",
@@ -311,7 +316,8 @@ void Gateway::HandleAsync(Endpoint endpoint, http::Request& req, http::Responder
   }
   handled_->Inc({"fast"});
   auto f = std::make_shared<AsyncForward>(AsyncForward{.call = std::move(call), .route = std::move(route),
-                                                       .respond = std::move(respond), .loop = loop});
+                                                       .respond = std::move(respond), .loop = loop,
+                                                       .client_gone = req.client_gone});
   f->target = std::string("/v1/") + EndpointName(f->call->endpoint);
   f->body = std::make_shared<const std::string>(std::move(f->call->body));  // not copied per attempt
   TryNextReplica(std::move(f));
@@ -616,6 +622,7 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
   const Route& route = *f->route;
   Attempted& a = f->a;
   if (f->attempt >= options_.max_attempts) return f->respond(UnaryAnswer(call, route, std::move(a), std::string()));
+  if (f->client_gone && f->client_gone->cancelled()) return f->respond(ClientGone(call, route, a.replica_id));
   std::string replica_id;
   std::shared_ptr<ReplicaState> r = PickReplica(call, route, f->tried, &replica_id);
   if (!r) {
@@ -636,6 +643,7 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
                    att.replica_id = replica_id;
                    att.replica = r;
                    att.status = std::move(res.status);
+                   if (att.status.code() == StatusCode::kCancelled) return f->respond(ClientGone(c, *f->route, replica_id));
                    if (res.answered()) {  // maybe cut short later: then status is not OK
                      att.answered = true;
                      std::string body = std::move(res.response.body);
@@ -648,7 +656,19 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
                    Eject(*r);
                    ++f->attempt;
                    TryNextReplica(std::move(f));
-                 });
+                 },
+                 f->client_gone);
+}
+
+// A unary call whose client went away while a replica worked on it: the replica's call was
+// closed (the engine stops generating), the reservation is released, and the record says so
+// with nginx's 499. Nobody reads the answer.
+http::Response Gateway::ClientGone(Call& call, const Route& route, const std::string& replica_id) {
+  call.rec.replica = replica_id;
+  call.rec.error = "client disconnected";
+  Settle(call, route, false, std::nullopt, 0);
+  client_gone_->Inc({route.deployment});
+  return Finish(call, OpenAiError(499, "client_closed_request", "the client closed the connection before the answer"));
 }
 
 void Gateway::Eject(ReplicaState& r) {

@@ -156,6 +156,7 @@ class Gateway {
   // The answer to a unary request from what forwarding got (settles and records the call).
   http::Response UnaryAnswer(Call& call, const Route& route, Attempted a, std::string body);
   void TryNextReplica(std::shared_ptr<AsyncForward> f);
+  http::Response ClientGone(Call& call, const Route& route, const std::string& replica_id);
   void Eject(ReplicaState& replica);
   http::Response Streaming(Call& call, const Route& route);
   void Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks);
@@ -193,6 +194,7 @@ class Gateway {
   Counter* handled_;
   Counter* tokens_;
   Counter* retries_;
+  Counter* client_gone_;
   Counter* cost_;
   Histogram* latency_;
   Histogram* overhead_;

@@ -3,6 +3,10 @@
 #include "gateway/gateway.h"
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <map>
@@ -64,6 +68,7 @@ class FakeEngine {
   std::atomic<int> requests{0};
   std::atomic<int> chunks_sent{0};
   std::atomic<bool> cancelled{false};
+  std::atomic<bool> unary_cancelled{false};  // a unary call's client went away during unary_delay
   std::atomic<bool> stream_done{false};
   std::atomic<int64_t> stream_done_us{0};
 
@@ -90,7 +95,15 @@ class FakeEngine {
     json usage = {{"prompt_tokens", o_.prompt_tokens}, {"completion_tokens", completion},
                   {"total_tokens", o_.prompt_tokens + completion}};
     if (!b.value("stream", false)) {
-      if (o_.unary_delay.count() > 0) std::this_thread::sleep_for(o_.unary_delay);
+      // Waits out the delay unless its client (the gateway) goes away first.
+      const auto until = std::chrono::steady_clock::now() + o_.unary_delay;
+      while (std::chrono::steady_clock::now() < until) {
+        if (r.client_gone && r.client_gone->cancelled()) {
+          unary_cancelled = true;
+          return http::Response::Text(200, "unread");
+        }
+        std::this_thread::sleep_for(milliseconds(10));
+      }
       if (o_.unary_status != 200) {
         return http::Response::Json(o_.unary_status, {{"error", {{"message", "engine refuses"}, {"type", "engine"}}}});
       }
@@ -359,7 +372,9 @@ TEST(Gateway, RetriesAnotherReplicaWhenOneIsDead) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(r->headers["x-aicloud-replica"], "live");
-    if (i == 0) EXPECT_EQ(live.last_raw_body(), Harness::Chat("m").dump());  // the retry carried the whole body
+    if (i == 0) {
+      EXPECT_EQ(live.last_raw_body(), Harness::Chat("m").dump());  // the retry carried the whole body
+    }
   }
   EXPECT_EQ(live.requests.load(), 4);
   std::vector<UsageRecord> recs = h.sink.records();
@@ -794,6 +809,48 @@ TEST(Gateway, ClientDisconnectCancelsTheUpstream) {
   EXPECT_FALSE(e.stream_done.load());
   ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
   EXPECT_EQ(h.sink.records()[0].error, "client disconnected");
+}
+
+// A unary call whose client leaves while the replica works on it: the gateway closes its
+// upstream call (the engine sees its client go and stops), releases the budget reservation and
+// records a 499 "client disconnected". Default check intervals (1 s) on both servers.
+TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
+  FakeEngine e({.unary_delay = milliseconds(8000)});
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
+  const auto start = std::chrono::steady_clock::now();
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(h.server->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = Harness::Chat("m", "hi", 50).dump();
+  const std::string raw = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
+                          "Content-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
+  for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_EQ(e.requests.load(), 1);
+  EXPECT_GT(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);  // held while the replica works
+  ::close(fd);
+  for (int i = 0; i < 600 && !e.unary_cancelled.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_TRUE(e.unary_cancelled.load());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));  // not the 8 s answer
+  ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
+  const UsageRecord rec = h.sink.records()[0];
+  EXPECT_EQ(rec.status, 499);
+  EXPECT_EQ(rec.error, "client disconnected");
+  EXPECT_EQ(rec.replica, "r");
+  const BudgetUsage u = h.gw->ledger().Usage("tenant t");
+  EXPECT_EQ(u.reserved_tokens, 0);
+  EXPECT_EQ(u.spent_tokens, 0);
+  StatusOr<http::ClientResponse> m = http::Client(h.base).Send("GET", "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->body.find("aicloud_gateway_client_gone_total{deployment=\"m\"} 1"), std::string::npos) << m->body;
 }
 
 TEST(Gateway, UpstreamErrorsPassThroughAndMetricsAreServed) {

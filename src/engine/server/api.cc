@@ -78,7 +78,13 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
   if (!stream) {
     Delta all, d;
     for (;;) {
-      if (!out->Next(&d, std::chrono::milliseconds(1000))) continue;
+      // A client that went away (the server noticed its connection close) frees its sequence's
+      // batch slot and KV blocks at the next step instead of generating for nobody.
+      if (req.client_gone && req.client_gone->cancelled()) {
+        out->Cancel();
+        return OpenAiError(Status(StatusCode::kCancelled, "the client closed the connection before the answer"));
+      }
+      if (!out->Next(&d, std::chrono::milliseconds(200))) continue;
       all.text += d.text;
       all.samples.insert(all.samples.end(), d.samples.begin(), d.samples.end());
       if (!d.error.ok()) return OpenAiError(d.error);

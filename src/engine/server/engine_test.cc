@@ -1,6 +1,9 @@
 #include "engine/server/engine.h"
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -332,6 +335,59 @@ TEST_F(ApiTest, CompletionsChatModelsAndErrors) {
   StatusOr<http::ClientResponse> health = client_->Send("GET", "/health");
   ASSERT_TRUE(health.ok());
   EXPECT_EQ(health->status, 200);
+}
+
+// A unary request whose client goes away is aborted in the engine (its KV and batch slot freed)
+// instead of generating for nobody: the server notices the closed connection, the handler cancels
+// the sequence, and it ends as "abort" well before its max_tokens.
+TEST(EngineApiTest, UnaryRequestOfAClientThatLeftIsAborted) {
+  std::unique_ptr<Engine> engine = Start();
+  ASSERT_NE(engine, nullptr);
+  http::ServerOptions o{.port = 0, .worker_threads = 4};
+  o.client_check_interval = std::chrono::milliseconds(20);
+  StatusOr<std::unique_ptr<EngineServer>> server = EngineServer::Start(engine.get(), o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  http::Client client("http://127.0.0.1:" + std::to_string((*server)->port()));
+  const std::string body =
+      R"({"model":"tiny","prompt":"Once upon","max_tokens":480,"temperature":0,"ignore_eos":true})";
+  // How long the whole request takes when its client waits.
+  auto t0 = std::chrono::steady_clock::now();
+  StatusOr<http::ClientResponse> whole = client.Send("POST", "/v1/completions", body);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const auto full = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(json::parse(whole->body)["usage"]["completion_tokens"], 480);
+  auto metric = [&](std::string_view prefix) {  // the first sample whose line starts with prefix
+    StatusOr<http::ClientResponse> m = client.Send("GET", "/metrics");
+    if (!m.ok()) return -1.0;
+    const size_t at = m->body.find(prefix);
+    if (at == std::string::npos) return 0.0;
+    const size_t space = m->body.find(' ', m->body.find('}', at));
+    return std::stod(m->body.substr(space + 1));
+  };
+  const double tokens_before = metric("vllm:generation_tokens_total{");
+  ASSERT_EQ(metric("vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\""), 0);
+
+  // The same request from a client that leaves as soon as it has sent it.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons((*server)->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string raw = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
+  ::close(fd);
+  double aborted = 0;
+  for (int i = 0; i < 500 && aborted == 0; ++i) {  // up to ~5 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    aborted = metric("vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\"");
+  }
+  EXPECT_EQ(aborted, 1);
+  const double generated = metric("vllm:generation_tokens_total{") - tokens_before;
+  EXPECT_LT(generated, 480) << "the whole request took " << std::chrono::duration<double, std::milli>(full).count() << " ms";
+  (*server)->Stop();
 }
 
 TEST_F(ApiTest, StreamingMatchesNonStreaming) {
