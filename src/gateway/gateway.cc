@@ -621,8 +621,8 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
   Call& call = *f->call;
   const Route& route = *f->route;
   Attempted& a = f->a;
+  if (f->client_gone && f->client_gone->cancelled()) return f->respond(ClientGone(call, route, std::string()));
   if (f->attempt >= options_.max_attempts) return f->respond(UnaryAnswer(call, route, std::move(a), std::string()));
-  if (f->client_gone && f->client_gone->cancelled()) return f->respond(ClientGone(call, route, a.replica_id));
   std::string replica_id;
   std::shared_ptr<ReplicaState> r = PickReplica(call, route, f->tried, &replica_id);
   if (!r) {
@@ -661,12 +661,14 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
 }
 
 // A unary call whose client went away while a replica worked on it: the replica's call was
-// closed (the engine stops generating), the reservation is released, and the record says so
-// with nginx's 499. Nobody reads the answer.
+// closed (the engine stops generating), the prompt is charged (the replica read it; what it
+// generated before it noticed is not known here) and the rest of the reservation released, and
+// the record says so with nginx's 499. Nobody reads the answer.
 http::Response Gateway::ClientGone(Call& call, const Route& route, const std::string& replica_id) {
   call.rec.replica = replica_id;
   call.rec.error = "client disconnected";
-  Settle(call, route, false, std::nullopt, 0);
+  Settle(call, route, false, TokenUsage{.prompt_tokens = call.prompt_estimate, .completion_tokens = 0}, 0);
+  call.rec.usage_reported = false;  // an estimate, not the upstream's usage
   client_gone_->Inc({route.deployment});
   return Finish(call, OpenAiError(499, "client_closed_request", "the client closed the connection before the answer"));
 }

@@ -812,8 +812,8 @@ TEST(Gateway, ClientDisconnectCancelsTheUpstream) {
 }
 
 // A unary call whose client leaves while the replica works on it: the gateway closes its
-// upstream call (the engine sees its client go and stops), releases the budget reservation and
-// records a 499 "client disconnected". Default check intervals (1 s) on both servers.
+// upstream call (the engine sees its client go and stops), charges the prompt, releases the rest
+// of the budget reservation and records a 499 "client disconnected". Default check intervals (1 s) on both servers.
 TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
   FakeEngine e({.unary_delay = milliseconds(8000)});
   GatewayOptions o;
@@ -847,7 +847,9 @@ TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
   EXPECT_EQ(rec.replica, "r");
   const BudgetUsage u = h.gw->ledger().Usage("tenant t");
   EXPECT_EQ(u.reserved_tokens, 0);
-  EXPECT_EQ(u.spent_tokens, 0);
+  EXPECT_GT(u.spent_tokens, 0);  // the prompt the replica read is charged, not the 50 tokens asked for
+  EXPECT_EQ(u.spent_tokens, rec.prompt_tokens);
+  EXPECT_EQ(rec.completion_tokens, 0);
   StatusOr<http::ClientResponse> m = http::Client(h.base).Send("GET", "/metrics");
   ASSERT_TRUE(m.ok());
   EXPECT_NE(m->body.find("aicloud_gateway_client_gone_total{deployment=\"m\"} 1"), std::string::npos) << m->body;

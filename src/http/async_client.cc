@@ -154,6 +154,7 @@ awaitable<Status> Connect(Exchange& x, Conn& c, std::chrono::steady_clock::time_
     tcp::resolver resolver(c.stream.get_executor());
     tcp::resolver::results_type results = co_await resolver.async_resolve(x.host, x.port, Redirect(ec));
     if (ec) co_return UnavailableError("http client: cannot resolve " + where + ": " + ec.message());
+    if (x.cancelled) co_return Cancelled(x);  // closing the not yet opened socket did nothing
     for (const auto& r : results) endpoints.push_back(r.endpoint());
   }
   c.stream.expires_at(deadline);

@@ -326,6 +326,13 @@ TEST(AsyncClientTest, ClientGoingAwayCancelsTheUpstreamCall) {
   ASSERT_TRUE(quick.ok()) << quick.status();
   EXPECT_EQ(quick->body, "quick");
   leave_mid_request(2);  // over the pooled connection /quick left
+  for (int i = 0; i < 200; ++i) {  // the proxy's callback for the second one
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (codes.size() >= 3) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_EQ(codes.size(), 3u);
   EXPECT_TRUE(codes[0].starts_with("CANCELLED")) << codes[0];

@@ -77,8 +77,8 @@ struct ConnBase {
 
   // Set (on the connection's executor) while a request is with its handler.
   std::atomic<bool> awaiting{false};
-  // The client_gone signal of this connection's requests; lowered again after each answer.
-  const std::shared_ptr<CancelSignal> gone = std::make_shared<CancelSignal>();
+  // The client_gone signal of the request being answered (on the connection's executor).
+  std::shared_ptr<CancelSignal> gone = std::make_shared<CancelSignal>();
 };
 
 class Core;
@@ -579,7 +579,13 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
     Response resp = co_await CallHandler(core, req);
     c->awaiting = false;
     req.reset();
-    c->gone->Reset();
+    // The next request gets a lowered signal: this one again when nothing but the connection
+    // holds it (no one can still register or look), a new one otherwise.
+    if (c->gone.use_count() == 1) {
+      c->gone->Reset();
+    } else {
+      c->gone = std::make_shared<CancelSignal>();
+    }
     if (resp.stream) {
       co_await RunStream(c, std::move(resp));
       co_return;

@@ -43,8 +43,9 @@ struct ServerOptions {
   size_t max_header_bytes = 64 << 10;  // -> 431
   std::chrono::seconds idle_timeout{60};
   // How often connections whose request is still being answered are checked for a client that
-  // went away (closed or reset); when one has, the request's client_gone signal is raised.
-  // 0: never checked.
+  // went away (closed or reset); when one has, the request's client_gone signal is raised. A
+  // client that only shuts down its sending side counts as gone, as nginx and Go's net/http
+  // count it. 0: never checked.
   std::chrono::milliseconds client_check_interval{1000};
   std::string tls_cert_file, tls_key_file;  // both set -> HTTPS only
   std::string tls_client_ca_file;           // set -> require and verify client certificates (mTLS)

@@ -442,6 +442,43 @@ TEST(ServerTest, ClientThatGoesAwayRaisesClientGone) {
   EXPECT_TRUE(lowered_at_start.load());
 }
 
+// A request's signal is its own: what an earlier request on the same connection kept of its
+// signal (a callback, the pointer) does not fire when a later request's client goes away.
+TEST(ServerTest, ClientGoneBelongsToOneRequest) {
+  std::atomic<bool> first_fired{false}, second_saw_gone{false};
+  std::shared_ptr<CancelSignal> kept;
+  Router router;
+  router.Add("GET", "/first", [&](Request& req) {
+    kept = req.client_gone;
+    req.client_gone->OnCancel([&] { first_fired = true; });
+    return Response::Text(200, "first");
+  });
+  router.Add("GET", "/second", [&](Request& req) {
+    for (int i = 0; i < 300 && !req.client_gone->cancelled(); ++i) std::this_thread::sleep_for(10ms);
+    second_saw_gone = req.client_gone->cancelled();
+    return Response::Text(200, "unread");
+  });
+  ServerOptions o;
+  o.client_check_interval = 20ms;
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); }, o);
+  ASSERT_TRUE(server);
+  int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string first = "GET /first HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::write(fd, first.data(), first.size()), static_cast<ssize_t>(first.size()));
+  char buf[512];
+  ASSERT_GT(::read(fd, buf, sizeof buf), 0);  // the first answer
+  const std::string second = "GET /second HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::write(fd, second.data(), second.size()), static_cast<ssize_t>(second.size()));
+  std::this_thread::sleep_for(100ms);
+  ::close(fd);
+  for (int i = 0; i < 300 && !second_saw_gone; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(second_saw_gone.load());
+  EXPECT_FALSE(first_fired.load());
+  EXPECT_FALSE(kept->cancelled());
+  server->Stop();
+}
+
 // The signal also reaches an async handler's callback, which runs on the connection's thread.
 TEST(ServerTest, ClientGoneCallbackReachesAnAsyncHandler) {
   std::promise<void> called;

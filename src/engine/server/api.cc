@@ -82,7 +82,11 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
       // batch slot and KV blocks at the next step instead of generating for nobody.
       if (req.client_gone && req.client_gone->cancelled()) {
         out->Cancel();
-        return OpenAiError(Status(StatusCode::kCancelled, "the client closed the connection before the answer"));
+        // nginx's 499 "client closed request": nobody reads it, but logs and metrics see it.
+        return http::Response::Json(499, {{"error", {{"message", "the client closed the connection before the answer"},
+                                                     {"type", "client_closed_request"},
+                                                     {"param", nullptr},
+                                                     {"code", nullptr}}}});
       }
       if (!out->Next(&d, std::chrono::milliseconds(200))) continue;
       all.text += d.text;

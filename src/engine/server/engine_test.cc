@@ -356,6 +356,7 @@ TEST(EngineApiTest, UnaryRequestOfAClientThatLeftIsAborted) {
   ASSERT_TRUE(whole.ok()) << whole.status();
   ASSERT_EQ(whole->status, 200) << whole->body;
   const auto full = std::chrono::steady_clock::now() - t0;
+  if (full < std::chrono::milliseconds(60)) GTEST_SKIP() << "480 tokens take too little time here to leave mid-request";
   ASSERT_EQ(json::parse(whole->body)["usage"]["completion_tokens"], 480);
   auto metric = [&](std::string_view prefix) {  // the first sample whose line starts with prefix
     StatusOr<http::ClientResponse> m = client.Send("GET", "/metrics");
