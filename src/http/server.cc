@@ -1,5 +1,7 @@
 #include "http/server.h"
 
+#include <poll.h>
+
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -15,8 +17,6 @@
 
 #include "http/asio.h"
 #include "http/wire.h"
-
-#include <poll.h>
 
 // Shape: one acceptor coroutine on its own strand; one coroutine per connection on that
 // connection's strand (with one I/O thread the loop itself: EventLoop::ConnectionExecutor), which reads a request, calls the handler (CallHandler: an AsyncHandler
