@@ -3,9 +3,6 @@
 #include "gateway/gateway.h"
 
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +14,7 @@
 #include "gateway/errors.h"
 #include "http/client.h"
 #include "http/sse.h"
+#include "http/test_socket.h"
 #include "store/memory_store.h"
 
 namespace aicloud::gateway {
@@ -822,17 +820,10 @@ TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
   ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
   h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
   const auto start = std::chrono::steady_clock::now();
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(h.server->port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string body = Harness::Chat("m", "hi", 50).dump();
-  const std::string raw = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n"
-                          "Content-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(::write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
+  int fd = http::testing::ConnectLoopback(h.server->port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(http::testing::WriteAll(fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("m", "hi", 50).dump(),
+                                                                  "Authorization: Bearer k\r\n")));
   for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
   ASSERT_EQ(e.requests.load(), 1);
   EXPECT_GT(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);  // held while the replica works

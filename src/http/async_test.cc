@@ -20,6 +20,7 @@
 #include "http/client.h"
 #include "http/router.h"
 #include "http/server.h"
+#include "http/test_socket.h"
 
 namespace aicloud::http {
 namespace {
@@ -245,19 +246,6 @@ TEST(AsyncClientTest, ReplacesAPooledConnectionTheUpstreamClosed) {
   EXPECT_NE(second["body"], first["body"]);
 }
 
-int ConnectTo(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // A proxy that forwards with its request's client_gone signal: the client going away ends the
 // upstream call (CANCELLED) and closes the upstream connection, so the upstream's own handler
 // sees its client go away too, over a new connection and over a pooled one.
@@ -309,7 +297,7 @@ TEST(AsyncClientTest, ClientGoingAwayCancelsTheUpstreamCall) {
 
   auto leave_mid_request = [&](int expected_gone) {
     const auto start = std::chrono::steady_clock::now();
-    int fd = ConnectTo(proxy->port());
+    int fd = testing::ConnectLoopback(proxy->port());
     ASSERT_GE(fd, 0);
     const std::string get = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
     ASSERT_EQ(::write(fd, get.data(), get.size()), static_cast<ssize_t>(get.size()));

@@ -18,6 +18,7 @@
 #include "http/client.h"
 #include "http/router.h"
 #include "http/server.h"
+#include "http/test_socket.h"
 
 namespace aicloud::http {
 namespace {
@@ -35,20 +36,7 @@ std::string Url(const Server& s, std::string scheme = "http") {
   return scheme + "://127.0.0.1:" + std::to_string(s.port());
 }
 
-int ConnectLoopback(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using testing::ConnectLoopback;
 
 // Writes bytes on a plain socket and reads until the server closes (or 5 s pass).
 std::string RawExchange(uint16_t port, const std::string& bytes) {
@@ -615,12 +603,8 @@ TEST(ServerTest, StopWithOpenStreamReturnsPromptly) {
     (void)s;  // the server ends the stream mid-way: an error is fine
   });
   // A raw client that sends a request and never reads, so the server's writes back up.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server->port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
   std::string req = "GET /blocked-in-write HTTP/1.1\r\nHost: x\r\n\r\n";
   (void)!::write(fd, req.data(), req.size());
 

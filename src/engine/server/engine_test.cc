@@ -1,9 +1,6 @@
 #include "engine/server/engine.h"
 
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -19,6 +16,7 @@
 #include "engine/server/api.h"
 #include "http/client.h"
 #include "http/sse.h"
+#include "http/test_socket.h"
 
 namespace aicloud::engine {
 namespace {
@@ -370,15 +368,9 @@ TEST(EngineApiTest, UnaryRequestOfAClientThatLeftIsAborted) {
   ASSERT_EQ(metric("vllm:request_success_total{model_name=\"tiny\",finished_reason=\"abort\""), 0);
 
   // The same request from a client that leaves as soon as it has sent it.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons((*server)->port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string raw = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(::write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
+  int fd = http::testing::ConnectLoopback((*server)->port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(http::testing::WriteAll(fd, http::testing::PostText("/v1/completions", body)));
   ::close(fd);
   double aborted = 0;
   for (int i = 0; i < 500 && aborted == 0; ++i) {  // up to ~5 s
