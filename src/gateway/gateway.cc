@@ -258,16 +258,25 @@ http::Response Gateway::ListModels(http::Request& req) {
 }
 
 http::Response Gateway::Finish(Call& call, http::Response r) {
-  const auto end = SteadyClock::now();
-  call.rec.status = r.status;
-  call.rec.latency_s = Seconds(end - call.t0);
-  const std::string& model = call.rec.model.empty() ? std::string("unknown") : call.rec.model;
-  requests_->Inc({model, std::to_string(r.status)});
-  latency_->Observe({model}, call.rec.latency_s);
-  if (!r.stream) overhead_->Observe({}, Seconds(end - call.t0 - call.upstream));
-  r.headers.emplace_back("x-request-id", call.rec.request_id);
-  if (!r.stream && deps_.usage != nullptr) deps_.usage->Record(call.rec);
+  Stamp(call, r);
+  Account(call, static_cast<bool>(r.stream));
   return r;
+}
+
+void Gateway::Stamp(Call& call, http::Response& r) {
+  call.rec.status = r.status;
+  call.rec.latency_s = Seconds(SteadyClock::now() - call.t0);
+  r.headers.emplace_back("x-request-id", call.rec.request_id);
+}
+
+void Gateway::Account(Call& call, bool stream) {
+  const std::string& model = call.rec.model.empty() ? std::string("unknown") : call.rec.model;
+  requests_->Inc({model, std::to_string(call.rec.status)});
+  latency_->Observe({model}, call.rec.latency_s);
+  if (!stream) {
+    overhead_->Observe({}, std::max(0.0, call.rec.latency_s - Seconds(call.upstream)));
+    if (deps_.usage != nullptr) deps_.usage->Record(call.rec);
+  }
 }
 
 http::Response Gateway::Refuse(Call& call, std::string_view reason, http::Response r) {
@@ -648,7 +657,7 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
                      att.answered = true;
                      std::string body = std::move(res.response.body);
                      att.head = std::move(res.response);
-                     return f->respond(UnaryAnswer(c, *f->route, std::move(att), std::move(body)));
+                     return RespondUnary(*f, std::move(att), std::move(body));
                    }
                    if (att.status.code() != StatusCode::kUnavailable) {  // a timeout: no retry
                      return f->respond(UnaryAnswer(c, *f->route, std::move(att), std::string()));
@@ -701,15 +710,36 @@ http::Response Gateway::UnaryAnswer(Call& call, const Route& route, Attempted a,
   if (a.status.ok() && Is2xx(a.head.status)) usage = UsageOfText(body);
   if (!a.status.ok()) call.rec.error = a.status.message();
   Settle(call, route, a.status.ok() && Is2xx(a.head.status), usage, 0);
-  http::Response r;
-  r.status = a.status.ok() ? a.head.status : 502;
-  auto ct = a.head.headers.find("content-type");
-  r.content_type = ct != a.head.headers.end() ? ct->second : "application/json";
-  r.body = a.status.ok() ? std::move(body)
-                         : OpenAiError(502, "upstream_failed", "replica " + a.replica_id + ": " + a.status.message()).body;
-  if (!a.status.ok()) r.content_type = "application/json";
+  if (a.status.ok()) return Finish(call, ForwardedAnswer(a, std::move(body)));
+  http::Response r = OpenAiError(502, "upstream_failed", "replica " + a.replica_id + ": " + a.status.message());
   r.headers.emplace_back("x-aicloud-replica", a.replica_id);
   return Finish(call, std::move(r));
+}
+
+http::Response Gateway::ForwardedAnswer(const Attempted& a, std::string body) {
+  http::Response r;
+  r.status = a.head.status;
+  auto ct = a.head.headers.find("content-type");
+  r.content_type = ct != a.head.headers.end() ? ct->second : "application/json";
+  r.body = std::move(body);
+  r.headers.emplace_back("x-aicloud-replica", a.replica_id);
+  return r;
+}
+
+void Gateway::RespondUnary(AsyncForward& f, Attempted a, std::string body) {
+  Call& call = *f.call;
+  const Route& route = *f.route;
+  if (!a.answered || !a.status.ok()) return f.respond(UnaryAnswer(call, route, std::move(a), std::move(body)));
+  call.rec.replica = a.replica_id;
+  const bool ok = Is2xx(a.head.status);
+  std::optional<TokenUsage> usage;
+  if (ok) usage = UsageOfText(body);  // read before the body goes to the client
+  // Settled before the answer goes: a client that reads its budget after the answer sees it.
+  Settle(call, route, ok, usage, 0);
+  http::Response r = ForwardedAnswer(a, std::move(body));
+  Stamp(call, r);
+  f.respond(std::move(r));
+  Account(call, /*stream=*/false);
 }
 
 void Gateway::Settle(Call& call, const Route& route, bool answered, std::optional<TokenUsage> usage, int64_t chunks) {

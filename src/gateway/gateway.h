@@ -144,7 +144,12 @@ class Gateway {
   // The rest for an admitted call: hold for a replica, then forward (blocking).
   http::Response Proceed(Call& call, std::shared_ptr<const Route> route);
   DeploymentState& State(const std::string& deployment);
+  // Stamp then Account: what every answer goes through.
   http::Response Finish(Call& call, http::Response r);
+  // The answer's status and latency into the record, and its x-request-id header.
+  void Stamp(Call& call, http::Response& r);
+  // Metrics and the usage record of a stamped answer (a stream's record is written when it ends).
+  void Account(Call& call, bool stream);
   http::Response Refuse(Call& call, std::string_view reason, http::Response r);
   // Holds the request until `route` has a ready replica; nullptr and *refusal set when it cannot.
   std::shared_ptr<const Route> WaitForReplica(Call& call, std::shared_ptr<const Route> route, http::Response* refusal);
@@ -155,6 +160,12 @@ class Gateway {
   http::Response Unary(Call& call, const Route& route);
   // The answer to a unary request from what forwarding got (settles and records the call).
   http::Response UnaryAnswer(Call& call, const Route& route, Attempted a, std::string body);
+  // The same on the fast path, answering through `f->respond`: a complete upstream answer is
+  // settled, then goes to the client, and its metrics and usage record follow, off the client's
+  // path (a usage sink may see the record a moment after the client saw the answer).
+  void RespondUnary(AsyncForward& f, Attempted a, std::string body);
+  // The client's answer to a complete upstream answer (status, content type, body, replica).
+  static http::Response ForwardedAnswer(const Attempted& a, std::string body);
   void TryNextReplica(std::shared_ptr<AsyncForward> f);
   http::Response ClientGone(Call& call, const Route& route, const std::string& replica_id);
   void Eject(ReplicaState& replica);

@@ -375,6 +375,7 @@ TEST(Gateway, RetriesAnotherReplicaWhenOneIsDead) {
     }
   }
   EXPECT_EQ(live.requests.load(), 4);
+  ASSERT_TRUE(h.sink.WaitFor(4, milliseconds(2000)));  // records follow the answers
   std::vector<UsageRecord> recs = h.sink.records();
   ASSERT_EQ(recs.size(), 4u);
   EXPECT_EQ(recs[0].attempts, 2);  // tried the dead one first, then ejected it

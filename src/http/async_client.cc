@@ -30,6 +30,45 @@ Status DeadlineExceeded(std::string m) { return Status(StatusCode::kDeadlineExce
 // Bytes asked of the socket per read of an answer.
 constexpr size_t kReadChunk = 16 * 1024;
 
+// Beast's response parser writing straight into a ClientResponse: status, headers (names
+// lower-cased, repeats joined with ", ") and body, with no Beast fields container in between.
+class ResponseReader final : public bhttp::basic_parser<false> {
+ public:
+  // An answer to HEAD has no body, whatever its Content-Length says.
+  ResponseReader(ClientResponse& out, bool head) : out_(out) {
+    body_limit(std::numeric_limits<std::uint64_t>::max());
+    if (head) skip(true);
+  }
+  int status() const { return status_; }
+
+ private:
+  void on_request_impl(bhttp::verb, beast::string_view, beast::string_view, int, error_code&) override {}
+  void on_response_impl(int code, beast::string_view, int, error_code&) override { status_ = code; }
+  void on_field_impl(bhttp::field, beast::string_view name, beast::string_view value, error_code&) override {
+    std::string lower(name.data(), name.size());
+    for (char& ch : lower) ch = AsciiLower(ch);
+    auto [it, inserted] = out_.headers.emplace(std::move(lower), std::string(value.data(), value.size()));
+    if (!inserted) it->second.append(", ").append(value.data(), value.size());
+  }
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
+    if (length) out_.body.reserve(static_cast<size_t>(std::min<std::uint64_t>(*length, std::uint64_t{1} << 30)));
+  }
+  size_t on_body_impl(beast::string_view body, error_code&) override {
+    out_.body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
+    out_.body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  ClientResponse& out_;
+  int status_ = 0;
+};
+
 // One upstream connection and what was read past the last response (nothing, with HTTP/1.1
 // and no pipelining, but the parser needs a buffer that lives as long as the stream).
 struct Conn {
@@ -188,34 +227,35 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
     }
     x->active = &conn->stream;
     conn->stream.expires_at(deadline);
-    std::optional<bhttp::response_parser<bhttp::string_body>> parser_slot;
-    auto fresh_parser = [&]() -> bhttp::response_parser<bhttp::string_body>& {
-      parser_slot.emplace();
-      parser_slot->body_limit(std::numeric_limits<std::uint64_t>::max());
+    ClientResponse got;
+    std::optional<ResponseReader> parser_slot;
+    auto fresh_parser = [&]() -> ResponseReader& {
+      got = ClientResponse();
+      parser_slot.emplace(got, x->method == "HEAD");
       return *parser_slot;
     };
-    bhttp::response_parser<bhttp::string_body>* p = &fresh_parser();
+    ResponseReader* p = &fresh_parser();
     bool interim = false;  // an interim (1xx) answer came: the upstream has the request
     error_code ec;
     co_await asio::async_write(conn->stream, RequestBuffers(*x), Redirect(ec));
     if (!ec) co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
     // Interim answers are skipped for the final one, which follows on the same connection.
-    while (!ec && p->get().result_int() / 100 == 1) {
+    while (!ec && p->status() / 100 == 1) {
       interim = true;
       p = &fresh_parser();
       co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
     }
-    bhttp::response_parser<bhttp::string_body>& parser = *p;
+    ResponseReader& parser = *p;
     if (!ec) {
-      result.response.status = static_cast<int>(parser.get().result_int());
-      result.response.headers = HeadersOf(parser.get());
+      result.response.status = parser.status();
       if (!parser.is_done()) {
         conn->stream.expires_after(x->timeout);
         // Room for large pieces (Beast reads the buffer's spare capacity, 512 bytes when none).
         if (conn->buffer.capacity() - conn->buffer.size() < kReadChunk) conn->buffer.reserve(conn->buffer.size() + kReadChunk);
         co_await bhttp::async_read(conn->stream, conn->buffer, parser, Redirect(ec));
       }
-      result.response.body = std::move(parser.get().body());
+      result.response.headers = std::move(got.headers);
+      result.response.body = std::move(got.body);
     }
     result.reused = reused;
     if (ec) {
@@ -235,7 +275,7 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
     }
     conn->stream.expires_never();
     x->active = nullptr;
-    if (parser.get().keep_alive()) {
+    if (parser.keep_alive()) {
       x->pool->Put(x->upstream, std::move(conn), x->max_idle);
     } else {
       conn->stream.close();
@@ -313,8 +353,8 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   }
 
   void NewParser() {
-    parser_.emplace();
-    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    response_ = ClientResponse();
+    parser_.emplace(response_, x_->method == "HEAD");
   }
 
   void ReadMore() {
@@ -336,7 +376,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     }
     if (ec) return Fail(ec);
     if (!Parse(ec)) return Fail(ec);
-    if (parser_->is_done()) return Finish(parser_->get().keep_alive());
+    if (parser_->is_done()) return Finish(parser_->keep_alive());
     ReadMore();
   }
 
@@ -353,7 +393,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
         break;
       }
       if (ec) return false;
-      if (parser_->is_done() && parser_->get().result_int() / 100 == 1) {
+      if (parser_->is_done() && parser_->status() / 100 == 1) {
         NewParser();
         head_seen_ = false;
         continue;
@@ -373,9 +413,8 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     x_->active = nullptr;
     AsyncResult result;
     result.reused = true;
-    result.response.status = static_cast<int>(parser_->get().result_int());
-    result.response.headers = HeadersOf(parser_->get());
-    result.response.body = std::move(parser_->get().body());
+    result.response = std::move(response_);
+    result.response.status = parser_->status();
     if (keep && conn_->buffer.size() == 0) {
       x_->pool->Put(x_->upstream, std::move(conn_), x_->max_idle);
     } else {
@@ -400,9 +439,8 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     AsyncResult result;
     result.reused = true;
     if (parser_->is_header_done()) {
-      result.response.status = static_cast<int>(parser_->get().result_int());
-      result.response.headers = HeadersOf(parser_->get());
-      result.response.body = std::move(parser_->get().body());
+      result.response = std::move(response_);
+      result.response.status = parser_->status();
     }
     result.status = x_->cancelled ? Cancelled(*x_)
                     : timed_out_  ? DeadlineExceeded(What(*x_) + ": timed out after " +
@@ -424,7 +462,8 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   std::shared_ptr<Exchange> x_;
   std::unique_ptr<Conn> conn_;
   asio::steady_timer timer_;
-  std::optional<bhttp::response_parser<bhttp::string_body>> parser_;
+  ClientResponse response_;  // what parser_ read so far
+  std::optional<ResponseReader> parser_;
   bool head_seen_ = false;  // the final response's head arrived (the timer was re-armed)
   bool got_bytes_ = false;  // the upstream answered something (an interim response counts)
   bool timed_out_ = false;

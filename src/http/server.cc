@@ -67,6 +67,52 @@ struct StreamCtl {
   bool done = false;  // the stream function returned
 };
 
+bool IEquals(std::string_view a, std::string_view b) { return beast::iequals(Bv(a), Bv(b)); }
+
+// Beast's request parser writing straight into a Request: method, target, headers (names
+// lower-cased, repeats joined with ", ") and body, with no Beast fields container in between.
+class RequestReader final : public bhttp::basic_parser<true> {
+ public:
+  explicit RequestReader(Request& req) : req_(req) {}
+  bhttp::verb method() const { return verb_; }
+  bool expects_continue() const { return expects_continue_; }
+
+ private:
+  void on_request_impl(bhttp::verb verb, beast::string_view method, beast::string_view target, int,
+                       error_code&) override {
+    verb_ = verb;
+    req_.method.assign(method.data(), method.size());
+    req_.target.assign(target.data(), target.size());
+  }
+  void on_response_impl(int, beast::string_view, int, error_code&) override {}
+  void on_field_impl(bhttp::field field, beast::string_view name, beast::string_view value, error_code&) override {
+    if (field == bhttp::field::expect && IEquals(Sv(value), "100-continue")) expects_continue_ = true;
+    std::string lower(name.data(), name.size());
+    for (char& ch : lower) ch = AsciiLower(ch);
+    auto [it, inserted] = req_.headers.emplace(std::move(lower), std::string(value.data(), value.size()));
+    if (!inserted) it->second.append(", ").append(value.data(), value.size());
+  }
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
+    // The parser has checked the length against the body limit already.
+    if (length) req_.body.reserve(static_cast<size_t>(*length));
+  }
+  size_t on_body_impl(beast::string_view body, error_code&) override {
+    req_.body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
+    req_.body.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  Request& req_;
+  bhttp::verb verb_ = bhttp::verb::unknown;
+  bool expects_continue_ = false;
+};
+
 struct ConnBase {
   virtual ~ConnBase() = default;
   // Any thread: ends the current stream and closes the socket.
@@ -123,6 +169,22 @@ struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stre
     });
   }
 
+  // The plain-TCP path (Serve and what it calls): callbacks on the connection's executor, no
+  // coroutine and no timer per operation. Defined after Core.
+  void Serve();
+  void ReadRequest();
+  void Parse();
+  void OnRead(error_code ec, size_t n);
+  void OnRequest();
+  void OnAnswer(Response response);
+  void Answer(Response response);
+  void Write(Response response);
+  void AfterWrite();
+  void HandOff(Response error);
+  void Close();
+  void ArmIdle();
+  void OnIdle(error_code ec);
+
   std::string remote;
   Stream stream;
   beast::flat_buffer buffer;
@@ -130,6 +192,21 @@ struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stre
   Core* core;
   std::mutex ctl_mu;
   std::shared_ptr<StreamCtl> ctl;  // GUARDED_BY(ctl_mu): the running stream, if any
+
+  // The plain path's state; on the connection's executor only.
+  enum class Phase { kReading, kHandling, kWriting, kHandedOff, kClosed };
+  Phase phase = Phase::kReading;
+  std::optional<RequestReader> reader;
+  Request req;                      // reused: its strings keep their capacity between requests
+  bool keep_alive = false, head = false, continue_sent = false;
+  bool in_dispatch = false;         // inside the handler call: an inline answer waits in `early`
+  std::optional<Response> early;
+  Response writing;                 // the answer an asynchronous write is sending
+  // Idle bound: one timer that re-arms itself lazily, so a request costs a clock read, not a
+  // timer operation. Reading a request or writing an answer must end by idle_until.
+  asio::steady_timer idle_timer{stream.get_executor()};
+  std::chrono::steady_clock::time_point idle_until;
+  bool idle_timer_on = false;
 };
 
 class Core {
@@ -312,8 +389,6 @@ Request ToRequest(bhttp::request<bhttp::string_body>&& r, const std::string& rem
   q.remote = remote;
   return q;
 }
-
-bool IEquals(std::string_view a, std::string_view b) { return beast::iequals(Bv(a), Bv(b)); }
 
 // The JSON error for a request that could not be read, or nullopt when the client simply went
 // away (or timed out) and there is nobody to answer.
@@ -609,6 +684,273 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
   low.close();
 }
 
+// ---- The plain-TCP path --------------------------------------------------------------------
+// A connection without TLS is served by callbacks: read into the connection's buffer, parse into
+// its reused Request (RequestReader), call the handler, write the answer with a synchronous
+// non-blocking write when it fits the socket buffer, read again. The rare turns (an error answer
+// that drains the client, a streamed answer) hand the connection to the coroutines above.
+
+// Where a plain connection's answer goes: back onto the connection's executor (inline when the
+// answer comes from a callback already running there, e.g. an upstream call's completion).
+class PlainSink final : public Responder::Sink {
+ public:
+  using Conn = Connection<PlainStream>;
+  explicit PlainSink(std::shared_ptr<Conn> c) : core_(*c->core), c_(std::move(c)) { core_.AddPending(); }
+
+  void Deliver(Response response) override { Resume(core_, std::move(c_), std::move(response)); }
+
+  void RunBlocking(std::function<Response()> work) override {
+    asio::post(core_.workers, [&core = core_, c = std::move(c_), work = std::move(work)]() mutable {
+      Response response = work();
+      work = nullptr;  // let what the work captured go before the answer is written
+      Resume(core, std::move(c), std::move(response));
+    });
+  }
+
+  EventLoop* loop() override { return &core_.ioc; }
+
+ private:
+  static void Resume(Core& core, std::shared_ptr<Conn> c, Response response) {
+    auto ex = c->stream.get_executor();
+    asio::dispatch(ex, [c = std::move(c), response = std::move(response)]() mutable {
+      c->OnAnswer(std::move(response));
+    });
+    core.DonePending();
+  }
+
+  Core& core_;
+  std::shared_ptr<Conn> c_;
+};
+
+template <class Stream>
+void Connection<Stream>::Serve() {
+  error_code ec;
+  stream.socket().non_blocking(true, ec);  // answers are written synchronously when they fit
+  ReadRequest();
+}
+
+template <class Stream>
+void Connection<Stream>::ReadRequest() {
+  if (core->stopping) return Close();
+  phase = Phase::kReading;
+  // The request object is reused; what a handler moved out is simply empty.
+  req.method.clear();
+  req.target.clear();
+  req.path.clear();
+  req.query.clear();
+  req.headers.clear();
+  if (req.body.capacity() > 2 * kBodyReadBytes) std::string().swap(req.body);
+  req.body.clear();
+  req.params.clear();
+  req.route.clear();
+  req.client_gone = nullptr;
+  reader.emplace(req);
+  reader->eager(true);
+  reader->body_limit(core->opts.max_body_bytes);
+  reader->header_limit(static_cast<std::uint32_t>(
+      std::min<size_t>(core->opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+  continue_sent = false;
+  ArmIdle();
+  Parse();
+}
+
+// Feeds what the buffer holds to the parser; reads more when it needs more.
+template <class Stream>
+void Connection<Stream>::Parse() {
+  while (buffer.size() > 0) {
+    error_code ec;
+    const size_t used = reader->put(buffer.data(), ec);
+    buffer.consume(used);
+    if (ec == bhttp::error::need_more) break;
+    if (ec) {
+      if (std::optional<Response> err = ReadErrorResponse(ec, core->opts)) return HandOff(std::move(*err));
+      return Close();
+    }
+    if (reader->is_done()) return OnRequest();
+    if (used == 0) break;
+  }
+  if (reader->is_header_done() && !continue_sent) {
+    continue_sent = true;
+    if (reader->expects_continue()) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      error_code ec;
+      asio::write(stream.socket(), asio::buffer(kContinue.data(), kContinue.size()), ec);
+      if (ec) return Close();  // 25 bytes that do not fit an idle connection's send buffer
+    }
+    // Room for large pieces of the body (see kBodyReadBytes).
+    const boost::optional<std::uint64_t> length = reader->content_length();
+    const size_t want =
+        length ? static_cast<size_t>(std::min<std::uint64_t>(*length, kBodyReadBytes)) : kBodyReadBytes;
+    if (buffer.capacity() - buffer.size() < want) buffer.reserve(buffer.size() + want);
+  }
+  // Beast's own reads ask for the buffer's spare room and 512 bytes when it has none.
+  const size_t room = std::max<size_t>(buffer.capacity() - buffer.size(), 512);
+  stream.socket().async_read_some(buffer.prepare(room), [self = this->shared_from_this()](error_code ec, size_t n) {
+    self->OnRead(ec, n);
+  });
+}
+
+template <class Stream>
+void Connection<Stream>::OnRead(error_code ec, size_t n) {
+  buffer.commit(n);
+  if (ec || phase != Phase::kReading) return Close();  // EOF, reset, idle bound or Stop
+  Parse();
+}
+
+template <class Stream>
+void Connection<Stream>::OnRequest() {
+  phase = Phase::kHandling;
+  keep_alive = reader->keep_alive();
+  head = reader->method() == bhttp::verb::head;
+  std::string_view t = req.target;
+  const size_t qm = t.find('?');
+  req.path = PercentDecode(t.substr(0, qm));
+  if (qm != std::string_view::npos) req.query = ParseQuery(t.substr(qm + 1));
+  req.remote = remote;
+  req.client_gone = gone;
+  awaiting = true;
+  in_dispatch = true;
+  core->Dispatch(req, Responder(std::make_unique<PlainSink>(this->shared_from_this())));
+  in_dispatch = false;
+  if (early) {
+    Response r = std::move(*early);
+    early.reset();
+    Answer(std::move(r));
+  }
+}
+
+template <class Stream>
+void Connection<Stream>::OnAnswer(Response response) {
+  if (in_dispatch) {
+    early = std::move(response);  // answered inline: written once the handler has returned
+    return;
+  }
+  Answer(std::move(response));
+}
+
+template <class Stream>
+void Connection<Stream>::Answer(Response response) {
+  awaiting = false;
+  req.client_gone = nullptr;
+  // The next request gets a lowered signal: this one again when nothing but the connection
+  // holds it (no one can still register or look), a new one otherwise.
+  if (gone.use_count() == 1) {
+    gone->Reset();
+  } else {
+    gone = std::make_shared<CancelSignal>();
+  }
+  if (phase == Phase::kClosed) return;  // Stop closed the connection meanwhile
+  if (response.stream) {
+    phase = Phase::kHandedOff;
+    idle_timer.cancel();
+    asio::co_spawn(stream.get_executor(), RunStream(this->shared_from_this(), std::move(response)), asio::detached);
+    return;
+  }
+  for (const auto& [name, value] : response.headers) {
+    if (IEquals(name, "connection") && IEquals(value, "close")) keep_alive = false;
+  }
+  if (core->stopping) keep_alive = false;
+  Write(std::move(response));
+}
+
+template <class Stream>
+void Connection<Stream>::Write(Response r) {
+  phase = Phase::kWriting;
+  const int status = static_cast<int>(ValidStatus(r.status));
+  const bool no_body = StatusHasNoBody(status);
+  head_text.clear();
+  AppendResponseHead(&head_text, {.status = status,
+                                  .content_type = r.content_type,
+                                  .headers = &r.headers,
+                                  .keep_alive = keep_alive,
+                                  .body_size = no_body ? 0 : r.body.size()});
+  const size_t body_bytes = no_body || head ? 0 : r.body.size();
+  const std::array<asio::const_buffer, 2> answer{asio::buffer(head_text), asio::buffer(r.body.data(), body_bytes)};
+  error_code ec;
+  const size_t written = asio::write(stream.socket(), answer, ec);
+  if (!ec) return AfterWrite();
+  if (ec != asio::error::would_block) return Close();
+  // What does not fit the socket buffer goes the asynchronous way, from the connection's copy
+  // of the answer (which outlives the write).
+  writing = std::move(r);
+  const std::array<asio::const_buffer, 2> kept{asio::buffer(head_text), asio::buffer(writing.body.data(), body_bytes)};
+  beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(kept);
+  rest.consume(written);
+  ArmIdle();
+  asio::async_write(stream.socket(), rest, [self = this->shared_from_this()](error_code e, size_t) {
+    self->writing = Response();
+    if (e || self->phase != Phase::kWriting) return self->Close();
+    self->AfterWrite();
+  });
+}
+
+template <class Stream>
+void Connection<Stream>::AfterWrite() {
+  if (!keep_alive) {
+    error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    return Close();
+  }
+  if (buffer.size() == 0 && buffer.capacity() > 2 * kBodyReadBytes) buffer.shrink_to_fit();
+  if (buffer.size() > 0) {
+    // A pipelined request is waiting: read it from the loop, not from this call, so that a
+    // client sending many at once does not stack one call chain per request.
+    asio::post(stream.get_executor(), [self = this->shared_from_this()] { self->ReadRequest(); });
+    return;
+  }
+  ReadRequest();
+}
+
+// An error answer to a request that could not be read: written, then the client is drained
+// (DrainAndClose) by a coroutine.
+template <class Stream>
+awaitable<void> AnswerAndDrain(std::shared_ptr<Connection<Stream>> c, Response error) {
+  co_await WriteResponse(*c, std::move(error), /*keep_alive=*/false, /*head=*/false);
+  co_await DrainAndClose(*c);
+}
+
+template <class Stream>
+void Connection<Stream>::HandOff(Response error) {
+  phase = Phase::kHandedOff;
+  idle_timer.cancel();
+  asio::co_spawn(stream.get_executor(), AnswerAndDrain(this->shared_from_this(), std::move(error)), asio::detached);
+}
+
+template <class Stream>
+void Connection<Stream>::Close() {
+  if (phase == Phase::kClosed) return;
+  phase = Phase::kClosed;
+  idle_timer.cancel();
+  error_code ec;
+  stream.socket().close(ec);
+}
+
+template <class Stream>
+void Connection<Stream>::ArmIdle() {
+  idle_until = std::chrono::steady_clock::now() + core->opts.idle_timeout;
+  if (idle_timer_on) return;
+  idle_timer_on = true;
+  idle_timer.expires_at(idle_until);
+  idle_timer.async_wait([self = this->shared_from_this()](error_code ec) { self->OnIdle(ec); });
+}
+
+template <class Stream>
+void Connection<Stream>::OnIdle(error_code ec) {
+  idle_timer_on = false;
+  if (ec) return;
+  // A handler may take as long as it takes; ArmIdle starts the bound again after it.
+  if (phase != Phase::kReading && phase != Phase::kWriting) return;
+  if (std::chrono::steady_clock::now() >= idle_until) {
+    // The pending read or write ends with an error and closes the connection.
+    error_code ignored;
+    stream.socket().close(ignored);
+    return;
+  }
+  idle_timer_on = true;
+  idle_timer.expires_at(idle_until);
+  idle_timer.async_wait([self = this->shared_from_this()](error_code e) { self->OnIdle(e); });
+}
+
 awaitable<void> Core::Accept() {
   asio::steady_timer backoff(acceptor.get_executor());
   while (!stopping) {
@@ -631,7 +973,7 @@ awaitable<void> Core::Accept() {
     } else {
       auto c = std::make_shared<Connection<PlainStream>>(std::move(socket), nullptr, this);
       Register(c);
-      asio::co_spawn(strand, Session(c), asio::detached);
+      asio::post(strand, [c] { c->Serve(); });
     }
   }
 }

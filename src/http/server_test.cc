@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -268,6 +269,85 @@ TEST(ServerTest, RequestsInPiecesPipelinedContinuedAndCutOff) {
 
   out = RawExchange(port, "GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   EXPECT_TRUE(out.starts_with("HTTP/1.1 200")) << out;
+}
+
+// Thousands of requests in one stream to a handler that answers inline, before it returns: all
+// are answered, in order, on the one connection.
+TEST(ServerTest, ManyPipelinedRequestsToAnInlineHandlerAreAnsweredInOrder) {
+  StatusOr<std::unique_ptr<Server>> s = Server::Start({}, AsyncHandler([](Request& req, Responder respond) {
+    respond(Response::Text(200, req.path.substr(1)));
+  }));
+  ASSERT_TRUE(s.ok());
+  int fd = ConnectLoopback((*s)->port());
+  ASSERT_GE(fd, 0);
+  constexpr int kRequests = 20000;
+  std::thread writer([fd] {
+    std::string all;
+    for (int i = 0; i < kRequests; ++i) {
+      all += "GET /" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n";
+      all += i + 1 == kRequests ? "Connection: close\r\n\r\n" : "\r\n";
+    }
+    testing::WriteAll(fd, all);
+  });
+  std::string out;
+  std::vector<char> buf(1 << 16);
+  for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) out.append(buf.data(), static_cast<size_t>(n));
+  writer.join();
+  ::close(fd);
+  int answered = 0;
+  size_t at = 0;
+  for (size_t body; (body = out.find("\r\n\r\n", at)) != std::string::npos; ++answered) {
+    const std::string want = std::to_string(answered);
+    ASSERT_EQ(out.compare(body + 4, want.size(), want), 0) << "answer " << answered;
+    at = body + 4 + want.size();
+  }
+  EXPECT_EQ(answered, kRequests);
+}
+
+// The idle timeout bounds the whole request, however it trickles in, and the answer, not the
+// handler: a client sending a byte every 100 ms is cut off, and a handler slower than the
+// timeout still gets its answer through on the same connection.
+TEST(ServerTest, IdleTimeoutBoundsReadingNotHandling) {
+  Router router = EchoRouter();
+  router.Add("GET", "/slow", [](Request&) {
+    std::this_thread::sleep_for(1500ms);
+    return Response::Text(200, "slow");
+  });
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); }, {.idle_timeout = std::chrono::seconds(1)});
+  ASSERT_TRUE(server);
+
+  int fd = ConnectLoopback(server->port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /ping HTTP/1.1\r\nHost: x\r\nX-Padding: " + std::string(100, 'p') + "\r\n\r\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  bool cut = false;
+  for (char c : request) {
+    if (::send(fd, &c, 1, MSG_NOSIGNAL) != 1) {
+      cut = true;
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) == 1) {
+      cut = true;
+      break;
+    }
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  EXPECT_TRUE(cut);
+  EXPECT_GE(waited, 0.9);
+  EXPECT_LE(waited, 3.0);
+
+  Client client(Url(*server));
+  StatusOr<ClientResponse> before = client.Send("GET", "/remote");
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  StatusOr<ClientResponse> slow = client.Send("GET", "/slow");
+  ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+  EXPECT_EQ(slow->body, "slow");
+  StatusOr<ClientResponse> after = client.Send("GET", "/remote");
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->body, before->body);  // the same kept connection throughout
 }
 
 // The answer's head as it goes out: status line, Server, Content-Type (a handler's own

@@ -1,20 +1,22 @@
 #include "http/wire.h"
 
+#include <array>
 #include <charconv>
 
 namespace aicloud::http {
 namespace {
 
-bool IsTokenChar(unsigned char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
-      return true;
-    default:
-      return false;
-  }
-}
+// RFC 9110 tchar: letters, digits and !#$%&'*+-.^_`|~ (a table: heads check every name).
+constexpr std::array<bool, 256> kTokenChars = [] {
+  std::array<bool, 256> t{};
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) t[c] = true;
+  return t;
+}();
+
+bool IsTokenChar(unsigned char c) { return kTokenChars[c]; }
 
 bool IEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -129,6 +131,11 @@ void AppendResponseHead(std::string* out, const ResponseHead& head) {
       if (IEquals(name, "content-type") && IsSafeFieldValue(value)) content_type = value;
     }
   }
+  size_t room = 96 + content_type.size();
+  if (head.headers != nullptr) {
+    for (const auto& [name, value] : *head.headers) room += name.size() + value.size() + 4;
+  }
+  out->reserve(out->size() + room);
   out->append("HTTP/1.1 ");
   AppendNumber(out, static_cast<size_t>(status));
   out->push_back(' ');
@@ -167,7 +174,11 @@ std::string RequestHeadText(const RequestHead& head, std::string* error) {
     return {};
   }
   std::string out;
-  out.reserve(128 + head.target.size());
+  size_t room = 128 + head.target.size() + head.host.size();
+  if (head.headers != nullptr) {
+    for (const auto& [name, value] : *head.headers) room += name.size() + value.size() + 4;
+  }
+  out.reserve(room);
   out.append(head.method).push_back(' ');
   out.append(head.target).append(" HTTP/1.1\r\n");
   out.append("Host: ").append(head.host).append("\r\n");
