@@ -52,7 +52,8 @@ class ResponseReader final : public bhttp::basic_parser<false> {
   }
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
-    if (length) out_.body.reserve(static_cast<size_t>(std::min<std::uint64_t>(*length, std::uint64_t{1} << 30)));
+    // Room for what is announced, up to 16 MiB (more grows as it arrives).
+    if (length) out_.body.reserve(static_cast<size_t>(std::min<std::uint64_t>(*length, std::uint64_t{16} << 20)));
   }
   size_t on_body_impl(beast::string_view body, error_code&) override {
     out_.body.append(body.data(), body.size());

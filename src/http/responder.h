@@ -11,6 +11,10 @@
 //     client.Send(*respond.loop(), ..., [respond](AsyncResult r) { respond(Answer(r)); });
 //   });
 //
+// An answer given on the I/O thread of the request's connection (an upstream call's completion)
+// may be written before operator() returns, and the connection may go on to its next request:
+// the handler's `Request&` is not valid after it answered.
+//
 // Exactly one answer counts: the first call of operator() (or RunBlocking's result); later ones
 // are ignored. A Responder whose last copy is dropped without answering answers 500, so a lost
 // callback shows up as an error rather than a connection that hangs.

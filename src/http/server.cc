@@ -153,7 +153,11 @@ struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stre
       if (ctl) ctl->Close();
     }
     asio::post(stream.get_executor(), [self = this->shared_from_this()] {
-      beast::get_lowest_layer(self->stream).close();
+      if constexpr (kIsTls<Stream>) {
+        beast::get_lowest_layer(self->stream).close();
+      } else {
+        self->Close();  // also marks it closed for an answer still to come, and stops its timer
+      }
     });
   }
 
@@ -184,6 +188,16 @@ struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stre
   void Close();
   void ArmIdle();
   void OnIdle(error_code ec);
+  // Runs one step of the plain path; a step that throws (out of memory) loses its connection,
+  // not the server: completion handlers run outside any coroutine that would catch it.
+  template <class Fn>
+  void Guarded(Fn&& step) {
+    try {
+      step();
+    } catch (...) {
+      Close();
+    }
+  }
 
   std::string remote;
   Stream stream;
@@ -713,7 +727,7 @@ class PlainSink final : public Responder::Sink {
   static void Resume(Core& core, std::shared_ptr<Conn> c, Response response) {
     auto ex = c->stream.get_executor();
     asio::dispatch(ex, [c = std::move(c), response = std::move(response)]() mutable {
-      c->OnAnswer(std::move(response));
+      c->Guarded([&] { c->OnAnswer(std::move(response)); });
     });
     core.DonePending();
   }
@@ -774,8 +788,15 @@ void Connection<Stream>::Parse() {
     if (reader->expects_continue()) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       error_code ec;
-      asio::write(stream.socket(), asio::buffer(kContinue.data(), kContinue.size()), ec);
-      if (ec) return Close();  // 25 bytes that do not fit an idle connection's send buffer
+      const size_t sent = asio::write(stream.socket(), asio::buffer(kContinue.data(), kContinue.size()), ec);
+      if (ec == asio::error::would_block) {  // a send buffer still full of earlier answers
+        asio::async_write(stream.socket(), asio::buffer(kContinue.data() + sent, kContinue.size() - sent),
+                          [self = this->shared_from_this()](error_code e, size_t) {
+                            if (e) self->Close();
+                          });
+      } else if (ec) {
+        return Close();
+      }
     }
     // Room for large pieces of the body (see kBodyReadBytes).
     const boost::optional<std::uint64_t> length = reader->content_length();
@@ -786,7 +807,7 @@ void Connection<Stream>::Parse() {
   // Beast's own reads ask for the buffer's spare room and 512 bytes when it has none.
   const size_t room = std::max<size_t>(buffer.capacity() - buffer.size(), 512);
   stream.socket().async_read_some(buffer.prepare(room), [self = this->shared_from_this()](error_code ec, size_t n) {
-    self->OnRead(ec, n);
+    self->Guarded([&] { self->OnRead(ec, n); });
   });
 }
 
@@ -880,7 +901,7 @@ void Connection<Stream>::Write(Response r) {
   asio::async_write(stream.socket(), rest, [self = this->shared_from_this()](error_code e, size_t) {
     self->writing = Response();
     if (e || self->phase != Phase::kWriting) return self->Close();
-    self->AfterWrite();
+    self->Guarded([&] { self->AfterWrite(); });
   });
 }
 
@@ -895,7 +916,8 @@ void Connection<Stream>::AfterWrite() {
   if (buffer.size() > 0) {
     // A pipelined request is waiting: read it from the loop, not from this call, so that a
     // client sending many at once does not stack one call chain per request.
-    asio::post(stream.get_executor(), [self = this->shared_from_this()] { self->ReadRequest(); });
+    ArmIdle();  // the bound runs from now, not from when the last request began
+    asio::post(stream.get_executor(), [self = this->shared_from_this()] { self->Guarded([&] { self->ReadRequest(); }); });
     return;
   }
   ReadRequest();
@@ -921,8 +943,7 @@ void Connection<Stream>::Close() {
   if (phase == Phase::kClosed) return;
   phase = Phase::kClosed;
   idle_timer.cancel();
-  error_code ec;
-  stream.socket().close(ec);
+  beast::get_lowest_layer(stream).close();  // the socket, and the timer a handed-off coroutine set
 }
 
 template <class Stream>
@@ -973,7 +994,7 @@ awaitable<void> Core::Accept() {
     } else {
       auto c = std::make_shared<Connection<PlainStream>>(std::move(socket), nullptr, this);
       Register(c);
-      asio::post(strand, [c] { c->Serve(); });
+      asio::post(strand, [c] { c->Guarded([&] { c->Serve(); }); });
     }
   }
 }
