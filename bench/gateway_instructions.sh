@@ -12,6 +12,7 @@ bench=$(realpath "${1:?usage: bench/gateway_instructions.sh path/to/gateway_benc
 nginx=${2:-/usr/sbin/nginx}
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
 tmp=$(mktemp -d /tmp/aicloud-instr.XXXXXX)
+chmod 755 "$tmp"  # nginx runs as nobody when started by root, and writes its counts in here
 trap 'rm -rf "$tmp"' EXIT
 
 # Instructions of each thread of one run: "thread total" lines.
@@ -62,8 +63,10 @@ print(f"stub I/O thread:    {per[1][0] / 2:,.0f} instructions per request it ans
 for v, t in per[2:4]:
     print(f"other thread {t}:    {v:,.0f} per gateway request")
 n1, n3 = os.path.join(tmp, "n1.txt"), os.path.join(tmp, "n3.txt")
-if os.path.exists(n1) and os.path.exists(n3):
+if os.path.exists(n1) and os.path.exists(n3) and open(n1).read().strip() and open(n3).read().strip():
     n = (int(open(n3).read()) - int(open(n1).read())) / 400.0
     print(f"nginx (whole process): {n:,.0f} instructions per request")
     print(f"gateway I/O thread / nginx: {per[0][0] / n:.2f}")
+elif os.path.exists(n1):
+    print("nginx: no counts (see the nginx runs' logs)")
 PY
