@@ -355,6 +355,7 @@ pid_t StartNginx(const Flags& f, uint16_t stub_port, uint16_t port, std::string*
   std::ifstream log(dir + "/error.log");
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   *why = "nginx did not start: " + text;
+  std::filesystem::remove_all(dir);
   return 0;
 }
 
