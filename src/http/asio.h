@@ -8,6 +8,7 @@
 #include <cctype>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -61,14 +62,17 @@ inline beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; 
 
 // A response's headers, names lower-cased, repeated fields joined with ", " (what
 // ClientResponse and AsyncResult carry).
+// Adds one field to such a map: the name lower-cased, a repeated field joined with ", ".
+inline void AddHeader(std::map<std::string, std::string>& headers, std::string_view name, std::string_view value) {
+  std::string lower(name);
+  for (char& ch : lower) ch = AsciiLower(ch);
+  auto [it, inserted] = headers.emplace(std::move(lower), std::string(value));
+  if (!inserted) it->second.append(", ").append(value);
+}
+
 inline std::map<std::string, std::string> HeadersOf(const bhttp::fields& res) {
   std::map<std::string, std::string> out;
-  for (const auto& field : res) {
-    std::string name(field.name_string());
-    for (char& ch : name) ch = AsciiLower(ch);
-    auto [it, inserted] = out.emplace(std::move(name), std::string(field.value()));
-    if (!inserted) it->second.append(", ").append(Sv(field.value()));
-  }
+  for (const auto& field : res) AddHeader(out, Sv(field.name_string()), Sv(field.value()));
   return out;
 }
 

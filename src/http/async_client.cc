@@ -45,10 +45,7 @@ class ResponseReader final : public bhttp::basic_parser<false> {
   void on_request_impl(bhttp::verb, beast::string_view, beast::string_view, int, error_code&) override {}
   void on_response_impl(int code, beast::string_view, int, error_code&) override { status_ = code; }
   void on_field_impl(bhttp::field, beast::string_view name, beast::string_view value, error_code&) override {
-    std::string lower(name.data(), name.size());
-    for (char& ch : lower) ch = AsciiLower(ch);
-    auto [it, inserted] = out_.headers.emplace(std::move(lower), std::string(value.data(), value.size()));
-    if (!inserted) it->second.append(", ").append(value.data(), value.size());
+    AddHeader(out_.headers, Sv(name), Sv(value));
   }
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {

@@ -182,7 +182,7 @@ struct Proxy {
     server = StartAsync([this](Request& req, Responder respond) {
       EventLoop* loop = respond.loop();
       const std::string up = upstream();
-      client.Send(*loop, up, req.method, target_override.empty() ? req.target : target_override, std::move(req.body),
+      client.Send(*loop, up, method_override.empty() ? req.method : method_override, target_override.empty() ? req.target : target_override, std::move(req.body),
                   headers,
                   [respond, loop, up](AsyncResult r) {
                     respond(Response::Json(200, {{"code", std::string(StatusCodeName(r.status.code()))},
@@ -205,6 +205,7 @@ struct Proxy {
   std::function<std::string()> upstream;
   Headers headers = {{"x-test", "1"}};  // sent upstream with every request
   std::string target_override;          // sent instead of the request's target when set
+  std::string method_override;          // sent instead of the request's method when set
   std::unique_ptr<Server> server;
 };
 
@@ -228,6 +229,24 @@ TEST(AsyncClientTest, ReusesKeptAliveConnections) {
     remotes.insert(body);
   }
   EXPECT_EQ(remotes.size(), 1u);  // one upstream connection for all five
+}
+
+// An answer to HEAD carries the Content-Length of the body it leaves out: the client must not
+// wait for that body, on a new connection or a pooled one.
+TEST(AsyncClientTest, HeadAnswersEndAtTheirHead) {
+  auto up = StartBlocking([](Request&) { return Response::Text(200, "0123456789"); });
+  ASSERT_TRUE(up);
+  Proxy proxy([&] { return HostPort(*up); }, {.timeout = 2000ms});
+  proxy.method_override = "HEAD";
+  for (int i = 0; i < 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    json r = proxy.Get("/h");
+    EXPECT_EQ(r["code"], "OK") << r;
+    EXPECT_EQ(r["status"], 200);
+    EXPECT_EQ(r["body"], "");
+    EXPECT_EQ(r["reused"], i > 0) << i;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1000ms);
+  }
 }
 
 TEST(AsyncClientTest, ReplacesAPooledConnectionTheUpstreamClosed) {

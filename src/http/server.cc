@@ -87,10 +87,7 @@ class RequestReader final : public bhttp::basic_parser<true> {
   void on_response_impl(int, beast::string_view, int, error_code&) override {}
   void on_field_impl(bhttp::field field, beast::string_view name, beast::string_view value, error_code&) override {
     if (field == bhttp::field::expect && IEquals(Sv(value), "100-continue")) expects_continue_ = true;
-    std::string lower(name.data(), name.size());
-    for (char& ch : lower) ch = AsciiLower(ch);
-    auto [it, inserted] = req_.headers.emplace(std::move(lower), std::string(value.data(), value.size()));
-    if (!inserted) it->second.append(", ").append(value.data(), value.size());
+    AddHeader(req_.headers, Sv(name), Sv(value));
   }
   void on_header_impl(error_code&) override {}
   void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
@@ -336,42 +333,40 @@ class Core {
   std::vector<std::thread> io_threads_;
 };
 
-// The server's Responder::Sink: resumes the connection's coroutine (CallHandler's completion
-// handler) on its own executor with the answer. Deliver and RunBlocking move the completion
-// handler out, so the answer gets through however long the Sink itself lives.
-template <class CompletionHandler>
-class ConnectionSink final : public Responder::Sink {
+// The server's Responder::Sink. `resume(Response)` carries the answer back to the connection (a
+// coroutine's completion handler posted to its executor, or a plain connection's OnAnswer);
+// Deliver and RunBlocking move it out, so the answer gets through however long the Sink lives.
+template <class Resume>
+class ServerSink final : public Responder::Sink {
  public:
-  ConnectionSink(Core& core, CompletionHandler handler) : core_(core), handler_(std::move(handler)) {
-    core_.AddPending();
-  }
+  ServerSink(Core& core, Resume resume) : core_(core), resume_(std::move(resume)) { core_.AddPending(); }
 
-  void Deliver(Response response) override {
-    Resume(core_, std::move(handler_), std::move(response));
-  }
+  void Deliver(Response response) override { Finish(core_, std::move(resume_), std::move(response)); }
 
   void RunBlocking(std::function<Response()> work) override {
-    asio::post(core_.workers, [&core = core_, handler = std::move(handler_), work = std::move(work)]() mutable {
+    asio::post(core_.workers, [&core = core_, resume = std::move(resume_), work = std::move(work)]() mutable {
       Response response = work();
       work = nullptr;  // let what the work captured go before the answer is written
-      Resume(core, std::move(handler), std::move(response));
+      Finish(core, std::move(resume), std::move(response));
     });
   }
 
   EventLoop* loop() override { return &core_.ioc; }
 
  private:
-  static void Resume(Core& core, CompletionHandler handler, Response response) {
-    auto ex = asio::get_associated_executor(handler);
-    asio::post(ex, [handler = std::move(handler), response = std::move(response)]() mutable {
-      handler(std::move(response));
-    });
+  static void Finish(Core& core, Resume resume, Response response) {
+    resume(std::move(response));
     core.DonePending();
   }
 
   Core& core_;
-  CompletionHandler handler_;
+  Resume resume_;
 };
+
+template <class Resume>
+Responder MakeResponder(Core& core, Resume resume) {
+  return Responder(std::make_unique<ServerSink<Resume>>(core, std::move(resume)));
+}
 
 // Hands the request to the handler and resumes the awaiting coroutine with the answer. (The
 // request travels by shared_ptr: GCC 12 miscompiles lambdas with init-captures that are
@@ -379,8 +374,12 @@ class ConnectionSink final : public Responder::Sink {
 auto CallHandler(Core& core, std::shared_ptr<Request> req) {
   return asio::async_initiate<const asio::use_awaitable_t<>&, void(Response)>(
       [&core](auto handler, std::shared_ptr<Request> r) {
-        using Sink = ConnectionSink<decltype(handler)>;
-        core.Dispatch(*r, Responder(std::make_unique<Sink>(core, std::move(handler))));
+        core.Dispatch(*r, MakeResponder(core, [handler = std::move(handler)](Response response) mutable {
+          auto ex = asio::get_associated_executor(handler);
+          asio::post(ex, [handler = std::move(handler), response = std::move(response)]() mutable {
+            handler(std::move(response));
+          });
+        }));
       },
       use_awaitable, std::move(req));
 }
@@ -704,38 +703,6 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
 // non-blocking write when it fits the socket buffer, read again. The rare turns (an error answer
 // that drains the client, a streamed answer) hand the connection to the coroutines above.
 
-// Where a plain connection's answer goes: back onto the connection's executor (inline when the
-// answer comes from a callback already running there, e.g. an upstream call's completion).
-class PlainSink final : public Responder::Sink {
- public:
-  using Conn = Connection<PlainStream>;
-  explicit PlainSink(std::shared_ptr<Conn> c) : core_(*c->core), c_(std::move(c)) { core_.AddPending(); }
-
-  void Deliver(Response response) override { Resume(core_, std::move(c_), std::move(response)); }
-
-  void RunBlocking(std::function<Response()> work) override {
-    asio::post(core_.workers, [&core = core_, c = std::move(c_), work = std::move(work)]() mutable {
-      Response response = work();
-      work = nullptr;  // let what the work captured go before the answer is written
-      Resume(core, std::move(c), std::move(response));
-    });
-  }
-
-  EventLoop* loop() override { return &core_.ioc; }
-
- private:
-  static void Resume(Core& core, std::shared_ptr<Conn> c, Response response) {
-    auto ex = c->stream.get_executor();
-    asio::dispatch(ex, [c = std::move(c), response = std::move(response)]() mutable {
-      c->Guarded([&] { c->OnAnswer(std::move(response)); });
-    });
-    core.DonePending();
-  }
-
-  Core& core_;
-  std::shared_ptr<Conn> c_;
-};
-
 template <class Stream>
 void Connection<Stream>::Serve() {
   error_code ec;
@@ -831,7 +798,14 @@ void Connection<Stream>::OnRequest() {
   req.client_gone = gone;
   awaiting = true;
   in_dispatch = true;
-  core->Dispatch(req, Responder(std::make_unique<PlainSink>(this->shared_from_this())));
+  // The answer comes back onto the connection's executor: inline when it is given on it (an
+  // upstream call's completion), posted from any other thread.
+  core->Dispatch(req, MakeResponder(*core, [c = this->shared_from_this()](Response response) mutable {
+    auto ex = c->stream.get_executor();
+    asio::dispatch(ex, [c = std::move(c), response = std::move(response)]() mutable {
+      c->Guarded([&] { c->OnAnswer(std::move(response)); });
+    });
+  }));
   in_dispatch = false;
   if (early) {
     Response r = std::move(*early);
