@@ -69,10 +69,47 @@ class ResponseReader final : public bhttp::basic_parser<false> {
 
 // One upstream connection and what was read past the last response (nothing, with HTTP/1.1
 // and no pipelining, but the parser needs a buffer that lives as long as the stream).
-struct Conn {
-  explicit Conn(const asio::any_io_executor& ex) : stream(ex) {}
+//
+// A pooled exchange is bounded by the connection's one timer, re-armed lazily as the server's
+// idle bound is: an exchange sets `bound_until` (a clock read), ending it resets it, and the
+// timer, when it fires, closes the socket if the bound passed or sleeps again until the next
+// one. So an exchange costs no timer operation and leaves no cancelled wait behind to run.
+struct Conn : std::enable_shared_from_this<Conn> {
+  using Clock = std::chrono::steady_clock;
+  explicit Conn(const asio::any_io_executor& ex) : stream(ex), bound(ex) {}
+
+  // The exchange starting now must end within `timeout`, or its socket is closed (timed_out).
+  void Bound(std::chrono::milliseconds timeout) {
+    bound_until = Clock::now() + timeout;
+    timed_out = false;
+    if (!bound_armed) ArmBound();
+  }
+  // The exchange ended: nothing to bound until the next one.
+  void Unbound() { bound_until = Clock::time_point::max(); }
+
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
+  bool timed_out = false;  // the bound passed and the socket was closed
+
+ private:
+  void ArmBound() {
+    bound_armed = true;
+    bound.expires_at(bound_until);
+    bound.async_wait([weak = weak_from_this()](error_code ec) {
+      std::shared_ptr<Conn> c = weak.lock();
+      if (!c) return;  // the connection is gone (its timer with it)
+      c->bound_armed = false;
+      if (ec || c->bound_until == Clock::time_point::max()) return;  // idle: armed by the next exchange
+      if (Clock::now() < c->bound_until) return c->ArmBound();        // moved on meanwhile
+      c->timed_out = true;
+      error_code ignored;
+      c->stream.socket().close(ignored);
+    });
+  }
+
+  asio::steady_timer bound;
+  Clock::time_point bound_until = Clock::time_point::max();
+  bool bound_armed = false;
 };
 
 class ConnectionPool final : public asio::execution_context::service {
@@ -81,19 +118,19 @@ class ConnectionPool final : public asio::execution_context::service {
 
   explicit ConnectionPool(asio::execution_context& ctx) : service(ctx) {}
 
-  std::unique_ptr<Conn> Take(std::string_view upstream) {
+  std::shared_ptr<Conn> Take(std::string_view upstream) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = idle_.find(upstream);
     if (it == idle_.end() || it->second.empty()) return nullptr;
-    std::unique_ptr<Conn> c = std::move(it->second.back());
+    std::shared_ptr<Conn> c = std::move(it->second.back());
     it->second.pop_back();
     return c;
   }
 
-  void Put(std::string_view upstream, std::unique_ptr<Conn> c, size_t max_idle) {
+  void Put(std::string_view upstream, std::shared_ptr<Conn> c, size_t max_idle) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = idle_.find(upstream);
-    if (it == idle_.end()) it = idle_.emplace(std::string(upstream), std::vector<std::unique_ptr<Conn>>()).first;
+    if (it == idle_.end()) it = idle_.emplace(std::string(upstream), std::vector<std::shared_ptr<Conn>>()).first;
     if (it->second.size() < max_idle) it->second.push_back(std::move(c));
   }
 
@@ -110,7 +147,7 @@ class ConnectionPool final : public asio::execution_context::service {
   }
 
   std::mutex mu_;
-  std::map<std::string, std::vector<std::unique_ptr<Conn>>, std::less<>> idle_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::vector<std::shared_ptr<Conn>>, std::less<>> idle_;  // GUARDED_BY(mu_)
 };
 
 asio::execution_context::id ConnectionPool::id;
@@ -146,7 +183,7 @@ struct Exchange {
   std::chrono::milliseconds timeout;
   size_t max_idle;
   AsyncClient::Callback done;
-  std::unique_ptr<Conn> conn;  // from the pool, or null
+  std::shared_ptr<Conn> conn;  // from the pool, or null
   // On the exchange's executor: the stream in use (closed by a cancellation) and whether the
   // caller's cancel signal was raised.
   beast::tcp_stream* active = nullptr;
@@ -207,7 +244,7 @@ awaitable<Status> Connect(Exchange& x, Conn& c, std::chrono::steady_clock::time_
 awaitable<void> Run(std::shared_ptr<Exchange> x) {
   const auto deadline = std::chrono::steady_clock::now() + x->timeout;
   AsyncResult result;
-  std::unique_ptr<Conn> conn = std::move(x->conn);
+  std::shared_ptr<Conn> conn = std::move(x->conn);
   for (int attempt = 0;; ++attempt) {
     if (x->cancelled) {
       result = AsyncResult();
@@ -217,7 +254,7 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
     const bool reused = conn != nullptr;
     if (!conn) {
       // A retry keeps the strand this coroutine runs on.
-      conn = std::make_unique<Conn>(co_await asio::this_coro::executor);
+      conn = std::make_shared<Conn>(co_await asio::this_coro::executor);
       x->active = &conn->stream;
       result.status = co_await Connect(*x, *conn, deadline);
       if (x->cancelled) result.status = Cancelled(*x);
@@ -294,15 +331,14 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
 // The exchange over a pooled connection, without a coroutine or Beast's composed operations:
 // the request is written with a synchronous non-blocking write (a small request fits the socket
 // buffer, so there is no completion to wait for), and the response is read with plain
-// async_read_some and fed to Beast's parser. One timer bounds the exchange. A pooled connection
-// the upstream closed before answering falls back to Run on a new connection, as Run itself
-// does. Everything after Start runs on the connection's executor.
+// async_read_some and fed to Beast's parser. The connection's timer bounds the exchange
+// (Conn::Bound). A pooled connection the upstream closed before answering falls back to Run on
+// a new connection, as Run itself does. Everything after Start runs on the connection's
+// executor.
 class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
  public:
   explicit PooledExchange(std::shared_ptr<Exchange> x)
-      : x_(std::move(x)),
-        conn_(std::move(x_->conn)),
-        timer_(conn_->stream.get_executor()) {
+      : x_(std::move(x)), conn_(std::move(x_->conn)), ex_(conn_->stream.get_executor()) {
     NewParser();
   }
 
@@ -326,7 +362,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
       beast::buffers_suffix<std::array<asio::const_buffer, 2>> rest(request);
       rest.consume(written);
       asio::async_write(socket, rest, [self = shared_from_this()](error_code e, size_t) {
-        if (self->timed_out_) return self->Fail(asio::error::timed_out);
+        if (self->conn_->timed_out) return self->Fail(asio::error::timed_out);
         if (e) return self->Fail(e);
         self->ReadMore();
       });
@@ -337,18 +373,10 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   }
 
  private:
-  // The exchange's bound, as Run's: connect + request + response head, then again the body. On
-  // expiry the socket is closed, so an operation whose completion was already queued ends too
-  // (its handler checks timed_out_ as well).
-  void ArmTimer() {
-    timer_.expires_after(x_->timeout);
-    timer_.async_wait([self = shared_from_this()](error_code e) {
-      if (e || self->ended_) return;  // cancelled or re-armed, or expired as the exchange ended
-      self->timed_out_ = true;
-      error_code ignored;
-      self->conn_->stream.socket().close(ignored);
-    });
-  }
+  // The exchange's bound, as Run's: request + response head, then again the body. On expiry
+  // the connection closes its socket, so an operation whose completion was already queued ends
+  // too (its handler checks timed_out as well).
+  void ArmTimer() { conn_->Bound(x_->timeout); }
 
   void NewParser() {
     response_ = ClientResponse();
@@ -361,7 +389,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   }
 
   void OnRead(error_code ec, size_t n) {
-    if (timed_out_) return Fail(asio::error::timed_out);
+    if (conn_->timed_out) return Fail(asio::error::timed_out);
     beast::flat_buffer& buf = conn_->buffer;
     buf.commit(n);
     if (ec == asio::error::eof) {
@@ -406,8 +434,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   }
 
   void Finish(bool keep) {
-    ended_ = true;
-    timer_.cancel();
+    conn_->Unbound();
     x_->active = nullptr;
     AsyncResult result;
     result.reused = true;
@@ -423,15 +450,15 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   }
 
   void Fail(error_code ec) {
-    ended_ = true;
-    timer_.cancel();
+    conn_->Unbound();
+    const bool timed_out = conn_->timed_out;
     x_->active = nullptr;
     error_code ignored;
     conn_->stream.socket().close(ignored);
-    if (!timed_out_ && !x_->cancelled && !got_bytes_ && !parser_->got_some()) {
+    if (!timed_out && !x_->cancelled && !got_bytes_ && !parser_->got_some()) {
       // A kept-alive connection the upstream closed meanwhile: once more on a new one.
       x_->conn.reset();
-      asio::co_spawn(timer_.get_executor(), Run(std::move(x_)), asio::detached);
+      asio::co_spawn(ex_, Run(std::move(x_)), asio::detached);
       return;
     }
     AsyncResult result;
@@ -441,7 +468,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
       result.response.status = parser_->status();
     }
     result.status = x_->cancelled ? Cancelled(*x_)
-                    : timed_out_  ? DeadlineExceeded(What(*x_) + ": timed out after " +
+                    : timed_out   ? DeadlineExceeded(What(*x_) + ": timed out after " +
                                                   std::to_string(x_->timeout.count()) + " ms")
                                : UnavailableError(What(*x_) + ": " + ec.message());
     Deliver(std::move(result));
@@ -458,14 +485,12 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   }
 
   std::shared_ptr<Exchange> x_;
-  std::unique_ptr<Conn> conn_;
-  asio::steady_timer timer_;
+  std::shared_ptr<Conn> conn_;  // until Finish hands it back to the pool
+  asio::any_io_executor ex_;     // the connection's
   ClientResponse response_;  // what parser_ read so far
   std::optional<ResponseReader> parser_;
   bool head_seen_ = false;  // the final response's head arrived (the timer was re-armed)
   bool got_bytes_ = false;  // the upstream answered something (an interim response counts)
-  bool timed_out_ = false;
-  bool ended_ = false;  // Finish or Fail ran: the connection may be back in the pool
 };
 
 }  // namespace

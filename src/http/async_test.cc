@@ -386,6 +386,41 @@ TEST(AsyncClientTest, RefusedIsUnavailableAndSlowIsDeadlineExceeded) {
   EXPECT_EQ(proxy.Get("/x")["code"], "INVALID_ARGUMENT");
 }
 
+// Exchanges over a pooled connection share its one timer, which re-arms itself for the exchange
+// in progress: a bound that passed while the connection sat idle closes nothing, and an
+// exchange that starts late is bounded from its own start.
+TEST(AsyncClientTest, PooledExchangesAreBoundedFromTheirOwnStart) {
+  Router router;
+  router.Add("GET", "/quick", [](Request& req) { return Response::Text(200, req.remote); });
+  router.Add("GET", "/slow", [](Request&) {
+    std::this_thread::sleep_for(700ms);
+    return Response::Text(200, "late");
+  });
+  auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(up);
+  Proxy proxy([&] { return HostPort(*up); }, {.timeout = 300ms});
+  json first = proxy.Get("/quick");  // a new connection, then pooled
+  ASSERT_EQ(first["code"], "OK") << first;
+  json second = proxy.Get("/quick");  // pooled: arms the connection's timer for 300 ms
+  ASSERT_EQ(second["code"], "OK") << second;
+  EXPECT_EQ(second["reused"], true);
+  std::this_thread::sleep_for(450ms);  // that bound passes while the connection is idle
+  json third = proxy.Get("/quick");
+  EXPECT_EQ(third["code"], "OK") << third;  // not closed by the old bound
+  EXPECT_EQ(third["reused"], true);
+  EXPECT_EQ(third["body"], first["body"]);  // the same upstream connection all along
+  std::this_thread::sleep_for(200ms);  // the next exchange starts mid-way into the timer's sleep
+  const auto t0 = std::chrono::steady_clock::now();
+  json slow = proxy.Get("/slow");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(slow["code"], "DEADLINE_EXCEEDED") << slow;
+  EXPECT_TRUE(slow["reused"]) << slow;
+  EXPECT_NE(slow["message"].get<std::string>().find("timed out after 300 ms"), std::string::npos) << slow;
+  EXPECT_GE(took, 280ms);  // bounded from its own start, not from the earlier exchange's
+  EXPECT_LT(took, 650ms);  // and not left to the upstream's 700 ms
+  EXPECT_EQ(slow["idle"], 0);  // a timed-out connection is not pooled
+}
+
 // A listening TCP socket on 127.0.0.1 and an ephemeral port (for the raw upstreams below).
 int ListenOnLoopback(uint16_t* port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
