@@ -67,6 +67,7 @@
 // With a FakeClock, advancing it moves key expiry forward.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -83,7 +84,10 @@
 
 namespace aicloud::auth {
 
-// Lowercase hex SHA-256 of `data`.
+// SHA-256 of `data`: the 32 bytes (nullopt if OpenSSL fails, which the default provider does
+// not), and as lowercase hex ("" on that failure).
+using Sha256Digest = std::array<unsigned char, 32>;
+std::optional<Sha256Digest> Sha256(std::string_view data);
 std::string Sha256Hex(std::string_view data);
 // 2*bytes lowercase hex chars from OpenSSL RAND_bytes; "" if the CSPRNG fails.
 std::string RandomHex(size_t bytes);

@@ -71,6 +71,12 @@ class AuthTest : public ::testing::Test {
 TEST(CryptoTest, Sha256AndRandom) {
   EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  std::optional<Sha256Digest> abc = Sha256("abc");  // the same digest as bytes, on a reused context
+  ASSERT_TRUE(abc.has_value());
+  EXPECT_EQ((*abc)[0], 0xba);
+  EXPECT_EQ((*abc)[31], 0xad);
+  EXPECT_EQ(Sha256("abc"), abc);
+  EXPECT_NE(Sha256("abd"), abc);
   std::string a = RandomHex(32), b = RandomHex(32);
   EXPECT_EQ(a.size(), 64u);
   EXPECT_NE(a, b);

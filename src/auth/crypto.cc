@@ -26,16 +26,30 @@ std::string ToHex(const unsigned char* data, size_t n) {
 
 }  // namespace
 
-std::string Sha256Hex(std::string_view data) {
-  // Fetched once: EVP_sha256() makes every EVP_Digest look the implementation up again (a lock
-  // and a table search, more than hashing an API key costs). Held for the process's life.
+std::optional<Sha256Digest> Sha256(std::string_view data) {
+  // Fetched once: EVP_sha256() makes every digest look the implementation up again (a lock and a
+  // table search, more than hashing an API key costs). Held for the process's life, as is each
+  // thread's context (EVP_Digest would allocate and free one per call).
   static EVP_MD* const sha256 = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  unsigned char digest[EVP_MAX_MD_SIZE];
+  struct Ctx {
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    ~Ctx() { EVP_MD_CTX_free(ctx); }
+  };
+  thread_local Ctx t;
+  Sha256Digest digest;
   unsigned int len = 0;
-  if (sha256 == nullptr || EVP_Digest(data.data(), data.size(), digest, &len, sha256, nullptr) != 1) {
-    return "";  // cannot happen with the default provider; "" never matches a stored hash
+  if (sha256 == nullptr || t.ctx == nullptr || EVP_DigestInit_ex2(t.ctx, sha256, nullptr) != 1 ||
+      EVP_DigestUpdate(t.ctx, data.data(), data.size()) != 1 || EVP_DigestFinal_ex(t.ctx, digest.data(), &len) != 1 ||
+      len != digest.size()) {
+    return std::nullopt;  // cannot happen with the default provider
   }
-  return ToHex(digest, len);
+  return digest;
+}
+
+std::string Sha256Hex(std::string_view data) {
+  std::optional<Sha256Digest> d = Sha256(data);
+  if (!d) return "";  // "" never matches a stored hash
+  return ToHex(d->data(), d->size());
 }
 
 std::string RandomHex(size_t bytes) {

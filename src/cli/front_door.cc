@@ -225,18 +225,18 @@ std::function<StatusOr<http::AsyncHandler>(control::ApiServer&)> FrontDoor::Fact
     TenantLimits* limits = impl->limits.get();
     // API keys of the server: a key restricted to a tenant calls that tenant's models (under the
     // tenant's limits); an unrestricted key that may read deployments everywhere calls any.
-    gateway::Authenticator authenticate = [auth, limits](std::string_view authorization) -> StatusOr<gateway::Caller> {
+    gateway::Authenticator authenticate = [auth, limits](std::string_view authorization) -> StatusOr<gateway::CallerRef> {
       StatusOr<auth::Principal> who = auth->Authenticate(authorization);
       if (!who.ok()) return who.status();
-      gateway::Caller c;
-      c.key_id = who->key_id;
+      auto c = std::make_shared<gateway::Caller>();
+      c->key_id = who->key_id;
       if (who->key_tenant) {
-        c.tenant = *who->key_tenant;
-        c.tenant_limits = limits->For(c.tenant);
+        c->tenant = *who->key_tenant;
+        c->tenant_limits = limits->For(c->tenant);
       } else if (auth->Authorize(*who, "get", "deployments", "").allowed) {
-        c.models = {"*"};
+        c->models = {"*"};
       }
-      return c;
+      return gateway::CallerRef(std::move(c));
     };
     StatusOr<std::unique_ptr<gateway::Gateway>> g = gateway::Gateway::Create(
         {.directory = impl->directory.get(), .authenticate = authenticate, .usage = &impl->usage,

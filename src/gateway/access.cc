@@ -37,23 +37,25 @@ std::string_view BearerToken(std::string_view h) {
 
 Status StaticKeys::Add(std::string_view token, Caller caller) {
   if (token.empty()) return InvalidArgumentError("key: must not be empty");
-  std::string digest = auth::Sha256Hex(token);
+  std::optional<auth::Sha256Digest> digest = auth::Sha256(token);
+  if (!digest) return InternalError("key: cannot hash it (SHA-256 unavailable)");
   std::lock_guard<std::mutex> lock(mu_);
-  if (!by_digest_.emplace(std::move(digest), std::move(caller)).second) {
+  if (!by_digest_.emplace(*digest, std::make_shared<const Caller>(std::move(caller))).second) {
     return InvalidArgumentError("key: the same key is listed twice");
   }
   return OkStatus();
 }
 
-StatusOr<Caller> StaticKeys::Authenticate(std::string_view authorization) const {
+StatusOr<CallerRef> StaticKeys::Authenticate(std::string_view authorization) const {
   if (authorization.empty()) {
     return UnauthenticatedError("missing API key: send it as 'Authorization: Bearer <key>'");
   }
   std::string_view token = BearerToken(authorization);
   if (token.empty()) return UnauthenticatedError("malformed Authorization header: want 'Bearer <key>'");
-  std::string digest = auth::Sha256Hex(token);
+  std::optional<auth::Sha256Digest> digest = auth::Sha256(token);
+  if (!digest) return InternalError("cannot hash the API key (SHA-256 unavailable)");
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = by_digest_.find(digest);
+  auto it = by_digest_.find(*digest);
   if (it == by_digest_.end()) return UnauthenticatedError("invalid API key");
   return it->second;
 }

@@ -10,13 +10,16 @@
 //     use the base may use every adapter of it; granting an adapter by name grants that adapter
 //     alone, not its base or siblings.
 //
-//   StatusOr<Caller> who = authenticate(req.Header("authorization"));   // 401 when not ok
-//   if (!MayUse(*who, *route, adapter)) 403;
+//   StatusOr<CallerRef> who = authenticate(req.Header("authorization"));   // 401 when not ok
+//   if (!MayUse(**who, *route, adapter)) 403;
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -50,11 +53,15 @@ struct Caller {
   Limits tenant_limits;             // the tenant's limits, shared by all its keys
 };
 
-// Maps the Authorization header value ("Bearer sk-...", possibly empty) to a caller.
+// A caller as authenticators hand it out: shared and immutable, so a request holds its caller
+// without copying it (an authenticator may hand out the same one for every request of a key).
+using CallerRef = std::shared_ptr<const Caller>;
+
+// Maps the Authorization header value ("Bearer sk-...", possibly empty) to a caller (never null).
 // UNAUTHENTICATED (-> 401) for a missing, malformed, unknown, revoked or expired key; any other
 // error is answered 503. Called on every request from many threads: must be thread-safe and fast
 // (in-memory lookups).
-using Authenticator = std::function<StatusOr<Caller>(std::string_view authorization)>;
+using Authenticator = std::function<StatusOr<CallerRef>(std::string_view authorization)>;
 
 // True when `who` may call `route` (adapter == "" for the base model) under the rules above.
 bool MayUse(const Caller& who, const Route& route, std::string_view adapter);
@@ -69,14 +76,22 @@ class StaticKeys {
  public:
   // INVALID_ARGUMENT for an empty token or one added twice.
   Status Add(std::string_view token, Caller caller);
-  StatusOr<Caller> Authenticate(std::string_view authorization) const;
+  StatusOr<CallerRef> Authenticate(std::string_view authorization) const;
   // An Authenticator calling this object (which must outlive it).
   Authenticator AsAuthenticator() const;
   size_t size() const;
 
  private:
+  using Digest = std::array<unsigned char, 32>;  // SHA-256
+  struct DigestHash {
+    size_t operator()(const Digest& d) const {  // a digest's bytes are already uniform
+      size_t h;
+      std::memcpy(&h, d.data(), sizeof h);
+      return h;
+    }
+  };
   mutable std::mutex mu_;
-  std::unordered_map<std::string, Caller> by_digest_;  // GUARDED_BY(mu_)
+  std::unordered_map<Digest, CallerRef, DigestHash> by_digest_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace aicloud::gateway

@@ -30,7 +30,7 @@ struct Gateway::Call {
   SteadyClock::duration upstream{};  // time spent waiting on upstreams (for the overhead metric)
   UsageRecord rec;
   Endpoint endpoint = Endpoint::kChat;
-  Caller who;
+  CallerRef who;
   RequestInfo info;
   std::string body;  // what is sent upstream
   std::vector<LimitScope> rate_scopes;
@@ -44,8 +44,9 @@ struct Gateway::Call {
   // Rate-limit scopes point into `who`: (re)build them after `who` is set or the Call moved.
   void PointScopes() {
     rate_scopes.clear();
-    if (who.key_limits.HasRate()) rate_scopes.push_back({"key " + who.key_id, &who.key_limits});
-    if (who.tenant_limits.HasRate()) rate_scopes.push_back({"tenant " + who.tenant, &who.tenant_limits});
+    rate_scopes.reserve(2);
+    if (who->key_limits.HasRate()) rate_scopes.push_back({"key " + who->key_id, &who->key_limits});
+    if (who->tenant_limits.HasRate()) rate_scopes.push_back({"tenant " + who->tenant, &who->tenant_limits});
   }
 };
 
@@ -234,7 +235,8 @@ http::Response Gateway::MetricsResponse() const {
 }
 
 http::Response Gateway::ListModels(http::Request& req) {
-  StatusOr<Caller> who = deps_.authenticate(req.Header("authorization"));
+  StatusOr<CallerRef> who = deps_.authenticate(req.Header("authorization"));
+  if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
   if (!who.ok()) {
     rejected_->Inc({"unauthenticated"});
     return OpenAiError(who.status(), who.status().code() == StatusCode::kUnauthenticated ? "invalid_api_key" : "");
@@ -243,12 +245,12 @@ http::Response Gateway::ListModels(http::Request& req) {
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count();
   for (const std::shared_ptr<const Route>& r : deps_.directory->List()) {
-    if (MayUse(*who, *r, "")) {
+    if (MayUse(**who, *r, "")) {
       data.push_back({{"id", r->model}, {"object", "model"}, {"created", created}, {"owned_by", r->tenant},
                       {"root", r->base_model}, {"parent", nullptr}});
     }
     for (const std::string& a : r->adapters) {
-      if (MayUse(*who, *r, a)) {
+      if (MayUse(**who, *r, a)) {
         data.push_back({{"id", a}, {"object", "model"}, {"created", created}, {"owned_by", r->tenant},
                         {"root", a}, {"parent", r->model}});
       }
@@ -342,7 +344,8 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   call.rec.endpoint = EndpointName(endpoint);
 
   // 1. Who is calling.
-  StatusOr<Caller> who = deps_.authenticate(req.Header("authorization"));
+  StatusOr<CallerRef> who = deps_.authenticate(req.Header("authorization"));
+  if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
   if (!who.ok()) {
     const bool unauth = who.status().code() == StatusCode::kUnauthenticated;
     return Refuse(call, unauth ? "unauthenticated" : "auth_unavailable",
@@ -350,9 +353,9 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
                          : OpenAiError(503, "auth_unavailable", "cannot check the API key: " + who.status().message()));
   }
   call.who = std::move(*who);
-  call.rec.key_id = call.who.key_id;
-  call.rec.tenant = call.who.tenant;
-  call.rec.team = call.who.team;
+  call.rec.key_id = call.who->key_id;
+  call.rec.tenant = call.who->tenant;
+  call.rec.team = call.who->team;
 
   // 2. What is asked.
   if (req.body.starts_with("\xEF\xBB\xBF")) req.body.erase(0, 3);  // a byte order mark: read past, not sent on
@@ -377,17 +380,17 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   const std::string adapter = call.info.model != route->model && route->HasAdapter(call.info.model) ? call.info.model : "";
   call.rec.adapter = adapter;
   call.rec.deployment = route->deployment;
-  if (!MayUse(call.who, *route, adapter)) {
+  if (!MayUse(*call.who, *route, adapter)) {
     return Refuse(call, "forbidden",
                   OpenAiError(403, "model_not_allowed",
-                              "key " + call.who.key_id + " (tenant " + call.who.tenant + ") may not use model `" +
+                              "key " + call.who->key_id + " (tenant " + call.who->tenant + ") may not use model `" +
                                   call.info.model + "`",
                               "model"));
   }
 
   // 4. The body to send: the engine's model name for an alias, usage asked for in streams,
   // and max_tokens when a budget depends on it.
-  const bool budgeted = call.who.key_limits.HasBudget() || call.who.tenant_limits.HasBudget();
+  const bool budgeted = call.who->key_limits.HasBudget() || call.who->tenant_limits.HasBudget();
   const bool inject_max = budgeted && !call.info.max_tokens && endpoint != Endpoint::kEmbeddings;
   const bool alias = adapter.empty() && call.info.model != route->base_model;
   const bool want_usage = call.info.stream && !call.info.include_usage;
@@ -416,9 +419,10 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
     const double cost = (static_cast<double>(call.prompt_estimate) * route->prompt_price_per_m +
                          static_cast<double>(call.info.CompletionTokensBound(call.max_tokens)) * route->completion_price_per_m) / 1e6;
     std::vector<BudgetScope> scopes;
-    if (call.who.key_limits.HasBudget()) scopes.push_back({"key " + call.who.key_id, call.who.tenant, &call.who.key_limits});
-    if (call.who.tenant_limits.HasBudget()) {
-      scopes.push_back({"tenant " + call.who.tenant, call.who.tenant, &call.who.tenant_limits});
+    scopes.reserve(2);
+    if (call.who->key_limits.HasBudget()) scopes.push_back({"key " + call.who->key_id, call.who->tenant, &call.who->key_limits});
+    if (call.who->tenant_limits.HasBudget()) {
+      scopes.push_back({"tenant " + call.who->tenant, call.who->tenant, &call.who->tenant_limits});
     }
     int retry_after = 0;
     StatusOr<BudgetReservation> r = ledger_.Reserve(scopes, call.estimate, cost, &retry_after, may_block);
@@ -768,7 +772,7 @@ void Gateway::Settle(Call& call, const Route& route, bool answered, std::optiona
     tokens_->Inc({call.rec.model, "prompt"}, static_cast<double>(prompt));
     tokens_->Inc({call.rec.model, "completion"}, static_cast<double>(completion));
   }
-  if (cost > 0) cost_->Inc({call.who.tenant}, cost);
+  if (cost > 0) cost_->Inc({call.who->tenant}, cost);
 }
 
 http::Response Gateway::Streaming(Call& call, const Route& route) {
