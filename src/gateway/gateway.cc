@@ -723,6 +723,7 @@ http::Response Gateway::UnaryAnswer(Call& call, const Route& route, Attempted a,
 http::Response Gateway::ForwardedAnswer(const Attempted& a, std::string body) {
   http::Response r;
   r.status = a.head.status;
+  r.headers.reserve(2);  // this and Stamp's
   auto ct = a.head.headers.find("content-type");
   r.content_type = ct != a.head.headers.end() ? ct->second : "application/json";
   r.body = std::move(body);

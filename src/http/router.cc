@@ -10,9 +10,10 @@
 namespace aicloud::http {
 namespace {
 
-std::vector<std::string_view> SplitPath(std::string_view path) {
-  std::vector<std::string_view> out;
-  out.reserve(8);
+// The non-empty segments of `path`, into `out` (cleared first).
+void SplitPath(std::string_view path, std::vector<std::string_view>* parts) {
+  std::vector<std::string_view>& out = *parts;
+  out.clear();
   size_t start = 0;
   while (start <= path.size()) {
     size_t slash = path.find('/', start);
@@ -21,7 +22,6 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
     if (slash == std::string_view::npos) break;
     start = slash + 1;
   }
-  return out;
 }
 
 // Whether a path segment, percent-decoded, is `literal` (decoding only when it holds an escape).
@@ -66,7 +66,8 @@ void Router::AddAsync(std::string method, std::string pattern, AsyncHandler hand
 }
 
 void Router::AddRoute(Route route) {
-  std::vector<std::string_view> parts = SplitPath(route.pattern);
+  std::vector<std::string_view> parts;
+  SplitPath(route.pattern, &parts);
   for (size_t i = 0; i < parts.size(); ++i) {
     std::string_view p = parts[i];
     if (p.size() >= 2 && p.front() == '{' && p.back() == '}') {
@@ -93,9 +94,9 @@ void Router::AddRoute(Route route) {
 }
 
 Response Router::Dispatch(Request& req) const {
-  Response error;
+  std::optional<Response> error;
   const Route* route = Match(req, &error);
-  if (route == nullptr) return error;
+  if (route == nullptr) return std::move(*error);
   if (route->handler) return Guarded([&] { return route->handler(req); });
   auto sink = std::make_unique<FutureSink>();
   std::future<Response> answer = sink->Answer();
@@ -113,9 +114,9 @@ Response Router::Dispatch(Request& req) const {
 }
 
 void Router::Dispatch(Request& req, Responder respond) const {
-  Response error;
+  std::optional<Response> error;
   const Route* route = Match(req, &error);
-  if (route == nullptr) return respond(std::move(error));
+  if (route == nullptr) return respond(std::move(*error));
   if (route->handler) {
     // The Router outlives serving (see the class comment), so the handler is not copied.
     const Handler* h = &route->handler;
@@ -131,10 +132,11 @@ void Router::Dispatch(Request& req, Responder respond) const {
   }
 }
 
-const Router::Route* Router::Match(Request& req, Response* error) const {
+const Router::Route* Router::Match(Request& req, std::optional<Response>* error) const {
   std::string_view raw = req.target.empty() ? std::string_view(req.path) : std::string_view(req.target);
   raw = raw.substr(0, raw.find('?'));
-  std::vector<std::string_view> parts = SplitPath(raw);
+  thread_local std::vector<std::string_view> parts;  // reused: matching allocates nothing
+  SplitPath(raw, &parts);
 
   // Rank of a match: one entry per path segment (3 literal, 2 param, 1 inside a rest), then 1 for
   // an exact-length pattern or 0 for a rest pattern, so every rank has the same length; larger

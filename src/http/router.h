@@ -21,6 +21,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,8 +68,9 @@ class Router {
   };
 
   void AddRoute(Route route);
-  // The route for req (req.params and req.route filled), or nullptr and *error set to 404/405.
-  const Route* Match(Request& req, Response* error) const;
+  // The route for req (req.params and req.route filled), or nullptr and *error set to 404/405
+  // (a Response is built only then).
+  const Route* Match(Request& req, std::optional<Response>* error) const;
 
   std::vector<Route> routes_;
 };

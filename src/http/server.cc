@@ -792,7 +792,12 @@ void Connection<Stream>::OnRequest() {
   head = reader->method() == bhttp::verb::head;
   std::string_view t = req.target;
   const size_t qm = t.find('?');
-  req.path = PercentDecode(t.substr(0, qm));
+  const std::string_view path = t.substr(0, qm);
+  if (path.find('%') == std::string_view::npos) {
+    req.path.assign(path);  // into the reused Request's string
+  } else {
+    req.path = PercentDecode(path);
+  }
   if (qm != std::string_view::npos) req.query = ParseQuery(t.substr(qm + 1));
   req.remote = remote;
   req.client_gone = gone;
