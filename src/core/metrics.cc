@@ -1,6 +1,8 @@
 #include "core/metrics.h"
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <sstream>
 
 namespace aicloud {
@@ -40,11 +42,16 @@ std::string Number(double v) {
 
 namespace {
 
-// The series for `labels`, made (zero) the first time; the key is copied only then.
-template <class Map, class Labels>
-typename Map::mapped_type& SeriesOf(Map& m, const Labels& labels) {
+// The series for `labels`, made (zero, or from `args`) the first time; the key is copied only
+// then. Series are built in place: a Cell does not move.
+template <class Map, class Labels, class... Args>
+typename Map::mapped_type& SeriesOf(Map& m, const Labels& labels, const Args&... args) {
   auto it = m.find(labels);
-  if (it == m.end()) it = m.emplace(LabelValues(labels.begin(), labels.end()), typename Map::mapped_type{}).first;
+  if (it == m.end()) {
+    it = m.emplace(std::piecewise_construct, std::forward_as_tuple(labels.begin(), labels.end()),
+                   std::forward_as_tuple(args...))
+             .first;
+  }
   return it->second;
 }
 
@@ -52,18 +59,23 @@ typename Map::mapped_type& SeriesOf(Map& m, const Labels& labels) {
 
 void Counter::Inc(LabelView labels, double by) {
   std::lock_guard<std::mutex> l(mu_);
-  SeriesOf(values_, labels) += by;
+  SeriesOf(values_, labels).Inc(by);
 }
 
 void Counter::Inc(const LabelValues& labels, double by) {
   std::lock_guard<std::mutex> l(mu_);
-  SeriesOf(values_, labels) += by;
+  SeriesOf(values_, labels).Inc(by);
 }
 
 double Counter::Value(const LabelValues& labels) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = values_.find(labels);
-  return it == values_.end() ? 0 : it->second;
+  return it == values_.end() ? 0 : it->second.Value();
+}
+
+Counter::Cell* Counter::Bind(LabelView labels) {
+  std::lock_guard<std::mutex> l(mu_);
+  return &SeriesOf(values_, labels);
 }
 
 void Gauge::Set(LabelView labels, double value) {
@@ -92,34 +104,45 @@ double Gauge::Value(const LabelValues& labels) const {
   return it == values_.end() ? 0 : it->second;
 }
 
+Histogram::Cell::Cell(const std::vector<double>* bounds)
+    : bounds_(bounds), buckets_(std::make_unique<std::atomic<uint64_t>[]>(bounds->size())) {}
+
+void Histogram::Cell::Observe(double value) {
+  const std::vector<double>& b = *bounds_;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (value <= b[i]) {
+      buckets_[i].fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+  }
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_.fetch_add(value, std::memory_order_relaxed);
+}
+
+template <class Labels>
+Histogram::Cell& Histogram::SeriesLocked(const Labels& labels) {
+  return SeriesOf(series_, labels, &bounds_);
+}
+
 void Histogram::Observe(LabelView labels, double value) {
   std::lock_guard<std::mutex> l(mu_);
-  ObserveLocked(labels, value);
+  SeriesLocked(labels).Observe(value);
 }
 
 void Histogram::Observe(const LabelValues& labels, double value) {
   std::lock_guard<std::mutex> l(mu_);
-  ObserveLocked(labels, value);
+  SeriesLocked(labels).Observe(value);
 }
 
-template <class Labels>
-void Histogram::ObserveLocked(const Labels& labels, double value) {
-  Series& s = SeriesOf(series_, labels);
-  if (s.buckets.empty()) s.buckets.assign(bounds_.size(), 0);
-  for (size_t i = 0; i < bounds_.size(); ++i) {
-    if (value <= bounds_[i]) {
-      ++s.buckets[i];
-      break;
-    }
-  }
-  ++s.count;
-  s.sum += value;
+Histogram::Cell* Histogram::Bind(LabelView labels) {
+  std::lock_guard<std::mutex> l(mu_);
+  return &SeriesLocked(labels);
 }
 
 uint64_t Histogram::Count(const LabelValues& labels) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = series_.find(labels);
-  return it == series_.end() ? 0 : it->second.count;
+  return it == series_.end() ? 0 : it->second.count_.load(std::memory_order_relaxed);
 }
 
 std::vector<double> Histogram::LatencyBuckets() {
@@ -186,7 +209,7 @@ std::string Metrics::Render() const {
     if (f->counter) {
       std::lock_guard<std::mutex> cl(f->counter->mu_);
       for (const auto& [lv, v] : f->counter->values_) {
-        out += f->name + LabelText(f->labels, lv) + " " + Number(v) + "\n";
+        out += f->name + LabelText(f->labels, lv) + " " + Number(v.Value()) + "\n";
       }
     } else if (f->gauge) {
       std::lock_guard<std::mutex> gl(f->gauge->mu_);
@@ -201,16 +224,21 @@ std::string Metrics::Render() const {
       const Histogram& h = *f->histogram;
       std::lock_guard<std::mutex> hl(h.mu_);
       for (const auto& [lv, s] : h.series_) {
+        // The count first: observations landing meanwhile can only raise the buckets read
+        // after it, so the total is lifted to their sum if needed (never below a bucket).
+        uint64_t count = s.count_.load(std::memory_order_relaxed);
+        const double sum = s.sum_.load(std::memory_order_relaxed);
         uint64_t cum = 0;
         for (size_t i = 0; i < h.bounds_.size(); ++i) {
-          cum += s.buckets[i];
+          cum += s.buckets_[i].load(std::memory_order_relaxed);
           out += f->name + "_bucket" + LabelText(f->labels, lv, "le=\"" + Number(h.bounds_[i]) + "\"") +
                  " " + std::to_string(cum) + "\n";
         }
+        count = std::max(count, cum);
         out += f->name + "_bucket" + LabelText(f->labels, lv, "le=\"+Inf\"") + " " +
-               std::to_string(s.count) + "\n";
-        out += f->name + "_sum" + LabelText(f->labels, lv) + " " + Number(s.sum) + "\n";
-        out += f->name + "_count" + LabelText(f->labels, lv) + " " + std::to_string(s.count) + "\n";
+               std::to_string(count) + "\n";
+        out += f->name + "_sum" + LabelText(f->labels, lv) + " " + Number(sum) + "\n";
+        out += f->name + "_count" + LabelText(f->labels, lv) + " " + std::to_string(count) + "\n";
       }
     }
   }

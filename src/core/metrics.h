@@ -11,6 +11,13 @@
 //
 // Gauges computed on demand (queue depth, allocation) register a callback instead; it is called
 // by Render() and returns (label values, value) rows.
+//
+// A hot path binds its series once and then updates them without a lookup or a lock:
+//
+//   Counter::Cell* ok = requests->Bind({"200"});   // lives as long as the counter
+//   ok->Inc();
+//   Histogram::Cell* route_latency = latency->Bind({"/api/v1/jobs"});
+//   route_latency->Observe(0.0031);
 #pragma once
 
 #include <algorithm>
@@ -43,14 +50,26 @@ struct LabelsLess {
 
 class Counter {
  public:
+  // One series, updated lock-free.
+  class Cell {
+   public:
+    void Inc(double by = 1) { value_.fetch_add(by, std::memory_order_relaxed); }
+    double Value() const { return value_.load(std::memory_order_relaxed); }
+
+   private:
+    std::atomic<double> value_{0};
+  };
+
   void Inc(LabelView labels = {}, double by = 1);
   void Inc(const LabelValues& labels, double by = 1);
   double Value(const LabelValues& labels = {}) const;
+  // The series of `labels` (made at zero if new); valid as long as this counter.
+  Cell* Bind(LabelView labels);
 
  private:
   friend class Metrics;
   mutable std::mutex mu_;
-  std::map<LabelValues, double, LabelsLess> values_;
+  std::map<LabelValues, Cell, LabelsLess> values_;
 };
 
 class Gauge {
@@ -69,9 +88,27 @@ class Gauge {
 
 class Histogram {
  public:
+  // One series, updated lock-free. Render keeps a scrape consistent (the +Inf bucket and the
+  // count are never below a finite bucket) while observations land.
+  class Cell {
+   public:
+    explicit Cell(const std::vector<double>* bounds);
+    void Observe(double value);
+
+   private:
+    friend class Histogram;
+    friend class Metrics;
+    const std::vector<double>* bounds_;
+    std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // per bound, not cumulative
+    std::atomic<uint64_t> count_{0};
+    std::atomic<double> sum_{0};
+  };
+
   explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {}
   void Observe(LabelView labels, double value);
   void Observe(const LabelValues& labels, double value);
+  // The series of `labels` (made empty if new); valid as long as this histogram.
+  Cell* Bind(LabelView labels);
   // 0.5 ms .. 10 s, roughly ×2.5 per step.
   static std::vector<double> LatencyBuckets();
   // Total observations for `labels`.
@@ -79,17 +116,11 @@ class Histogram {
 
  private:
   friend class Metrics;
-  struct Series {
-    std::vector<uint64_t> buckets;  // per bound, not cumulative
-    uint64_t count = 0;
-    double sum = 0;
-  };
   std::vector<double> bounds_;
   mutable std::mutex mu_;
   template <class Labels>
-  void ObserveLocked(const Labels& labels, double value);
-
-  std::map<LabelValues, Series, LabelsLess> series_;
+  Cell& SeriesLocked(const Labels& labels);
+  std::map<LabelValues, Cell, LabelsLess> series_;
 };
 
 class Metrics {

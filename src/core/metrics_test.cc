@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace aicloud {
 namespace {
@@ -84,6 +87,63 @@ TEST(MetricsTest, ConcurrentUpdatesAreNotLost) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(c->Value(), 8000);
   EXPECT_EQ(h->Count({"x"}), 8000u);
+}
+
+// A bound series is the one Inc/Observe with the same labels reach; updates through it are not
+// lost under contention, and a scrape taken meanwhile never shows a cumulative bucket above
+// +Inf or the count.
+TEST(MetricsTest, BoundSeriesAreSharedAndScrapesStayConsistent) {
+  Metrics m;
+  Counter* c = m.AddCounter("req_total", "Requests", {"model", "code"});
+  Counter::Cell* ok = c->Bind({"m", "200"});
+  EXPECT_EQ(c->Bind({"m", "200"}), ok);  // the same series each time
+  ok->Inc();
+  c->Inc({"m", "200"}, 2);
+  EXPECT_EQ(ok->Value(), 3);
+  EXPECT_EQ(c->Value({"m", "200"}), 3);
+  Histogram* h = m.AddHistogram("lat_seconds", "Latency", {"model"}, {0.1, 1});
+  Histogram::Cell* lat = h->Bind({"m"});
+  lat->Observe(0.05);
+  h->Observe({"m"}, 5);
+  EXPECT_EQ(h->Count({"m"}), 2u);
+  const std::string text = m.Render();
+  EXPECT_NE(text.find("req_total{model=\"m\",code=\"200\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("lat_seconds_bucket{model=\"m\",le=\"0.1\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("lat_seconds_bucket{model=\"m\",le=\"+Inf\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("lat_seconds_sum{model=\"m\"} 5.05\n"), std::string::npos) << text;
+
+  std::atomic<bool> done{false};
+  int bad = 0, scrapes = 0;
+  std::thread scraper([&] {
+    while (!done.load()) {
+      const std::string t = m.Render();
+      ++scrapes;
+      auto value = [&](const std::string& key) {
+        const size_t at = t.find(key);
+        return at == std::string::npos ? -1.0 : std::stod(t.substr(at + key.size()));
+      };
+      const double finite = value("lat_seconds_bucket{model=\"m\",le=\"1\"} ");
+      const double inf = value("lat_seconds_bucket{model=\"m\",le=\"+Inf\"} ");
+      const double count = value("lat_seconds_count{model=\"m\"} ");
+      if (finite > inf || inf != count) ++bad;
+    }
+  });
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&] {
+      for (int i = 0; i < 20000; ++i) {
+        ok->Inc();
+        lat->Observe(0.5);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  done = true;
+  scraper.join();
+  EXPECT_EQ(ok->Value(), 3 + 80000);
+  EXPECT_EQ(h->Count({"m"}), 2u + 80000);
+  EXPECT_GT(scrapes, 0);
+  EXPECT_EQ(bad, 0);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ struct Gateway::Call {
   BudgetReservation reservation;
   bool settled = true;           // false while a reservation / tpm charge is outstanding
   std::vector<uint64_t> prefix;
+  const ModelSeries* series = nullptr;  // the model's bound metric series, once the route is known
 
   // Rate-limit scopes point into `who`: (re)build them after `who` is set or the Call moved.
   void PointScopes() {
@@ -48,6 +49,13 @@ struct Gateway::Call {
     if (who->key_limits.HasRate()) rate_scopes.push_back({"key " + who->key_id, &who->key_limits});
     if (who->tenant_limits.HasRate()) rate_scopes.push_back({"tenant " + who->tenant, &who->tenant_limits});
   }
+};
+
+struct Gateway::ModelSeries {
+  Counter::Cell* ok;  // requests_ {model, "200"}
+  Histogram::Cell* latency;
+  Counter::Cell* prompt_tokens;
+  Counter::Cell* completion_tokens;
 };
 
 struct Gateway::DeploymentState {
@@ -150,6 +158,9 @@ Gateway::Gateway(GatewayDeps deps, GatewayOptions options)
   overhead_ = metrics_.AddHistogram("aicloud_gateway_overhead_seconds",
                                     "Time in the gateway itself (request handling minus upstream time).", {},
                                     OverheadBuckets());
+  handled_fast_ = handled_->Bind({"fast"});
+  handled_worker_ = handled_->Bind({"worker"});
+  overhead_all_ = overhead_->Bind({});
   metrics_.AddGaugeFn("aicloud_gateway_held_requests", "Requests held while a deployment has no ready replica.",
                       {"deployment"}, [this] {
                         std::vector<std::pair<LabelValues, double>> rows;
@@ -271,12 +282,30 @@ void Gateway::Stamp(Call& call, http::Response& r) {
   r.headers.emplace_back("x-request-id", call.rec.request_id);
 }
 
+const Gateway::ModelSeries* Gateway::ModelSeriesOf(const std::string& model) {
+  // Names come from routes (unknown ones are cleared before labels), so the map stays small.
+  std::lock_guard<std::mutex> lock(model_series_mu_);
+  std::unique_ptr<ModelSeries>& s = model_series_[model];
+  if (!s) {
+    s = std::make_unique<ModelSeries>(ModelSeries{.ok = requests_->Bind({model, "200"}),
+                                                  .latency = latency_->Bind({model}),
+                                                  .prompt_tokens = tokens_->Bind({model, "prompt"}),
+                                                  .completion_tokens = tokens_->Bind({model, "completion"})});
+  }
+  return s.get();
+}
+
 void Gateway::Account(Call& call, bool stream) {
-  const std::string& model = call.rec.model.empty() ? std::string("unknown") : call.rec.model;
-  requests_->Inc({model, std::to_string(call.rec.status)});
-  latency_->Observe({model}, call.rec.latency_s);
+  if (call.series != nullptr && call.rec.status == 200) {
+    call.series->ok->Inc();
+    call.series->latency->Observe(call.rec.latency_s);
+  } else {
+    const std::string& model = call.rec.model.empty() ? std::string("unknown") : call.rec.model;
+    requests_->Inc({model, std::to_string(call.rec.status)});
+    latency_->Observe({model}, call.rec.latency_s);
+  }
   if (!stream) {
-    overhead_->Observe({}, std::max(0.0, call.rec.latency_s - Seconds(call.upstream)));
+    overhead_all_->Observe(std::max(0.0, call.rec.latency_s - Seconds(call.upstream)));
     if (deps_.usage != nullptr) deps_.usage->Record(call.rec);
   }
 }
@@ -303,29 +332,29 @@ http::Response Gateway::Handle(Endpoint endpoint, http::Request& req) {
 void Gateway::HandleAsync(Endpoint endpoint, http::Request& req, http::Responder respond) {
   http::EventLoop* loop = respond.loop();
   if (loop == nullptr) {  // a blocking caller (Router::Dispatch on a worker): nothing to save
-    handled_->Inc({"worker"});
+    handled_worker_->Inc();
     return respond(Handle(endpoint, req));
   }
   if (!options_.fast_path || req.body.size() > options_.inline_body_bytes) {
-    handled_->Inc({"worker"});
+    handled_worker_->Inc();
     return respond.RunBlocking([this, endpoint, r = std::move(req)]() mutable { return Handle(endpoint, r); });
   }
   auto call = std::make_shared<Call>();
   std::shared_ptr<const Route> route;
   if (std::optional<http::Response> refused = Admit(endpoint, req, *call, &route, /*may_block=*/false)) {
-    handled_->Inc({"fast"});
+    handled_fast_->Inc();
     return respond(std::move(*refused));
   }
   if (!route) {  // the budget needs the store first: a worker admits it again
-    handled_->Inc({"worker"});
+    handled_worker_->Inc();
     return respond.RunBlocking([this, endpoint, r = std::move(req)]() mutable { return Handle(endpoint, r); });
   }
   if (call->info.stream || route->ReadyCount() == 0) {
     // Streams and holds for a replica wait on threads: a worker takes the rest of the request.
-    handled_->Inc({"worker"});
+    handled_worker_->Inc();
     return respond.RunBlocking([this, call, route] { return Proceed(*call, route); });
   }
-  handled_->Inc({"fast"});
+  handled_fast_->Inc();
   auto f = std::make_shared<AsyncForward>(AsyncForward{.call = std::move(call), .route = std::move(route),
                                                        .respond = std::move(respond), .loop = loop,
                                                        .client_gone = req.client_gone});
@@ -378,6 +407,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
                   OpenAiError(404, "model_not_found", "The model `" + call.info.model + "` does not exist.", "model"));
   }
   const std::string adapter = call.info.model != route->model && route->HasAdapter(call.info.model) ? call.info.model : "";
+  call.series = ModelSeriesOf(call.rec.model);
   call.rec.adapter = adapter;
   call.rec.deployment = route->deployment;
   if (!MayUse(*call.who, *route, adapter)) {
@@ -769,7 +799,10 @@ void Gateway::Settle(Call& call, const Route& route, bool answered, std::optiona
   call.rec.prompt_tokens = prompt;
   call.rec.completion_tokens = completion;
   call.rec.cost = cost;
-  if (prompt + completion > 0) {
+  if (prompt + completion > 0 && call.series != nullptr) {
+    call.series->prompt_tokens->Inc(static_cast<double>(prompt));
+    call.series->completion_tokens->Inc(static_cast<double>(completion));
+  } else if (prompt + completion > 0) {
     tokens_->Inc({call.rec.model, "prompt"}, static_cast<double>(prompt));
     tokens_->Inc({call.rec.model, "completion"}, static_cast<double>(completion));
   }

@@ -209,6 +209,15 @@ class Gateway {
   Counter* cost_;
   Histogram* latency_;
   Histogram* overhead_;
+  // Series every request updates, bound once (metrics.h): the path counts, the overhead, and per
+  // model name (ModelSeriesOf) a 200's count, the latency and the tokens.
+  struct ModelSeries;
+  const ModelSeries* ModelSeriesOf(const std::string& model);
+  Counter::Cell* handled_fast_;
+  Counter::Cell* handled_worker_;
+  Histogram::Cell* overhead_all_;
+  std::mutex model_series_mu_;
+  std::unordered_map<std::string, std::unique_ptr<ModelSeries>> model_series_;  // GUARDED_BY(model_series_mu_)
 
   std::mutex bg_mu_;
   std::condition_variable bg_cv_;
