@@ -89,7 +89,8 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   beast::tcp_stream stream;
   beast::flat_buffer buffer;
-  bool timed_out = false;  // the bound passed and the socket was closed
+  std::string host_header;  // the Host header for its upstream (pooled exchanges skip parsing it)
+  bool timed_out = false;   // the bound passed and the socket was closed
 
  private:
   void ArmBound() {
@@ -176,7 +177,8 @@ bool SplitHostPort(std::string_view upstream, std::string* host, std::string* po
 // Everything one exchange needs; owned by its coroutine.
 struct Exchange {
   ConnectionPool* pool;
-  std::string upstream, host, port;
+  std::string upstream, host, port;  // host and port: parsed for a new connection only
+  std::string host_header;           // likewise
   std::string method, target;
   std::string head;  // the request's head as written (wire.h)
   std::shared_ptr<const std::string> body;  // never null
@@ -192,9 +194,20 @@ struct Exchange {
 
 Status Cancelled(const Exchange& x);
 
-std::string What(const Exchange& x) {
-  return "http client: " + x.method + " " + x.host + ":" + x.port + x.target;
+// Fills x.host, x.port and x.host_header from x.upstream; false when it is malformed.
+bool ParseUpstream(Exchange& x) {
+  if (!SplitHostPort(x.upstream, &x.host, &x.port)) return false;
+  const bool bracket = x.host.find(':') != std::string::npos;
+  x.host_header = bracket ? "[" + x.host + "]" : x.host;
+  if (x.port != "80") x.host_header += ":" + x.port;
+  return true;
 }
+
+Status BadUpstream(std::string_view upstream) {
+  return InvalidArgumentError("http client: bad upstream \"" + std::string(upstream) + "\": want host:port");
+}
+
+std::string What(const Exchange& x) { return "http client: " + x.method + " " + x.upstream + x.target; }
 
 Status Cancelled(const Exchange& x) { return Status(StatusCode::kCancelled, What(x) + ": cancelled"); }
 
@@ -253,12 +266,18 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
     }
     const bool reused = conn != nullptr;
     if (!conn) {
+      // (After a pooled exchange, the upstream was not parsed yet.)
+      if (x->host.empty() && !ParseUpstream(*x)) {
+        result.status = BadUpstream(x->upstream);
+        break;
+      }
       // A retry keeps the strand this coroutine runs on.
       conn = std::make_shared<Conn>(co_await asio::this_coro::executor);
       x->active = &conn->stream;
       result.status = co_await Connect(*x, *conn, deadline);
       if (x->cancelled) result.status = Cancelled(*x);
       if (!result.status.ok()) break;
+      conn->host_header = x->host_header;
     }
     x->active = &conn->stream;
     conn->stream.expires_at(deadline);
@@ -509,37 +528,38 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
   x->timeout = opts_.timeout;
   x->max_idle = opts_.max_idle_per_upstream;
   x->done = std::move(done);
-  if (!SplitHostPort(upstream, &x->host, &x->port)) {
+  // A pooled connection knows its Host header; only a new one needs the upstream parsed.
+  x->conn = x->pool->Take(upstream);
+  if (!x->conn && !ParseUpstream(*x)) {
     AsyncResult r;
-    r.status = InvalidArgumentError("http client: bad upstream \"" + std::string(upstream) + "\": want host:port");
+    r.status = BadUpstream(upstream);
     asio::post(loop, [done = std::move(x->done), r = std::move(r)]() mutable { done(std::move(r)); });
     return;
   }
   x->method = std::string(method);
   x->target = std::string(target);
-  const bool bracket = x->host.find(':') != std::string::npos;
-  std::string host_header = bracket ? "[" + x->host + "]" : x->host;
-  if (x->port != "80") host_header += ":" + x->port;
   std::string error;
   x->head = RequestHeadText({.method = method,
                              .target = target,
-                             .host = host_header,
+                             .host = x->conn ? x->conn->host_header : x->host_header,
                              .headers = &headers,
                              .body_size = body->size(),
                              .send_length = method == "POST" || method == "PUT" || method == "PATCH"},
                             &error);
   if (x->head.empty()) {
+    if (x->conn) x->pool->Put(x->upstream, std::move(x->conn), x->max_idle);  // unused: still good
     AsyncResult r;
     r.status = InvalidArgumentError("http client: " + error);
     asio::post(loop, [done = std::move(x->done), r = std::move(r)]() mutable { done(std::move(r)); });
     return;
   }
   x->body = std::move(body);
-  x->conn = x->pool->Take(upstream);
   if (x->conn) {
     asio::any_io_executor ex = x->conn->stream.get_executor();
     if (cancel) CloseOnCancel(*cancel, x, ex);
     auto exchange = std::make_shared<PooledExchange>(std::move(x));
+    const auto* on = ex.target<asio::io_context::executor_type>();
+    if (on != nullptr && on->running_in_this_thread()) return exchange->Start();  // dispatch, unwrapped
     asio::dispatch(ex, [exchange] { exchange->Start(); });
     return;
   }

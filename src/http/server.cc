@@ -807,6 +807,11 @@ void Connection<Stream>::OnRequest() {
   // upstream call's completion), posted from any other thread.
   core->Dispatch(req, MakeResponder(*core, [c = this->shared_from_this()](Response response) mutable {
     auto ex = c->stream.get_executor();
+    const auto* loop = ex.template target<asio::io_context::executor_type>();
+    if (loop != nullptr && loop->running_in_this_thread()) {
+      // What dispatch would do, without wrapping the answer in a type-erased function first.
+      return c->Guarded([&] { c->OnAnswer(std::move(response)); });
+    }
     asio::dispatch(ex, [c = std::move(c), response = std::move(response)]() mutable {
       c->Guarded([&] { c->OnAnswer(std::move(response)); });
     });
