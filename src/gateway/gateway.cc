@@ -246,7 +246,7 @@ http::Response Gateway::MetricsResponse() const {
 }
 
 http::Response Gateway::ListModels(http::Request& req) {
-  StatusOr<CallerRef> who = deps_.authenticate(req.Header("authorization"));
+  StatusOr<CallerRef> who = deps_.authenticate(req.HeaderView("authorization"));
   if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
   if (!who.ok()) {
     rejected_->Inc({"unauthenticated"});
@@ -373,7 +373,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   call.rec.endpoint = EndpointName(endpoint);
 
   // 1. Who is calling.
-  StatusOr<CallerRef> who = deps_.authenticate(req.Header("authorization"));
+  StatusOr<CallerRef> who = deps_.authenticate(req.HeaderView("authorization"));
   if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
   if (!who.ok()) {
     const bool unauth = who.status().code() == StatusCode::kUnauthenticated;

@@ -48,6 +48,8 @@ struct Request {
 
   // "" if absent. REQUIRES: lower_name is lower-case.
   std::string Header(std::string_view lower_name) const;
+  // The same without a copy: valid while the header map is not changed.
+  std::string_view HeaderView(std::string_view lower_name) const;
   std::string Query(std::string_view name, std::string_view def = "") const;
 };
 
