@@ -249,8 +249,13 @@ http::Response Gateway::ListModels(http::Request& req) {
   StatusOr<CallerRef> who = deps_.authenticate(req.HeaderView("authorization"));
   if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
   if (!who.ok()) {
-    rejected_->Inc({"unauthenticated"});
-    return OpenAiError(who.status(), who.status().code() == StatusCode::kUnauthenticated ? "invalid_api_key" : "");
+    // As for calls (Admit): a key that is not valid is a 401, any failure to check it a 503.
+    if (who.status().code() == StatusCode::kUnauthenticated) {
+      rejected_->Inc({"unauthenticated"});
+      return OpenAiError(401, "invalid_api_key", who.status().message());
+    }
+    rejected_->Inc({"auth_unavailable"});
+    return OpenAiError(503, "auth_unavailable", "cannot check the API key: " + who.status().message());
   }
   json data = json::array();
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -407,7 +412,6 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
                   OpenAiError(404, "model_not_found", "The model `" + call.info.model + "` does not exist.", "model"));
   }
   const std::string adapter = call.info.model != route->model && route->HasAdapter(call.info.model) ? call.info.model : "";
-  call.series = ModelSeriesOf(call.rec.model);
   call.rec.adapter = adapter;
   call.rec.deployment = route->deployment;
   if (!MayUse(*call.who, *route, adapter)) {
@@ -473,6 +477,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
     call.reservation = std::move(*r);
   }
   call.settled = false;
+  call.series = ModelSeriesOf(call.rec.model);  // admitted: the model's series exist from here
   if (call.body.empty()) call.body = std::move(req.body);  // not before: a request admitted again on a worker reads it again
 
   // Admitted: the deployment is in use (scale to zero counts idleness from the last of these;

@@ -176,9 +176,10 @@ uint16_t DeadPort() {
 }
 
 struct Harness {
-  explicit Harness(GatewayOptions o = {}, store::Store* store = nullptr) {
+  explicit Harness(GatewayOptions o = {}, store::Store* store = nullptr, Authenticator authenticate = nullptr) {
     o.flush_period = milliseconds(50);
-    auto g = Gateway::Create({.directory = &dir, .authenticate = keys.AsAuthenticator(), .usage = &sink,
+    if (!authenticate) authenticate = keys.AsAuthenticator();
+    auto g = Gateway::Create({.directory = &dir, .authenticate = authenticate, .usage = &sink,
                               .store = store, .clock = &clock},
                              o);
     EXPECT_TRUE(g.ok()) << g.status();
@@ -236,6 +237,46 @@ Route OneModel(std::string name, std::string tenant, std::vector<ReplicaInfo> re
   r.replicas = std::move(replicas);
   r.adapters = std::move(adapters);
   return r;
+}
+
+// An authenticator that says OK but names no caller is a fault of the authenticator: 503, and
+// nothing reaches the upstream.
+TEST(Gateway, AnAuthenticatorThatNamesNoCallerGets503) {
+  FakeEngine e;
+  Harness h({}, nullptr, [](std::string_view) -> StatusOr<CallerRef> { return CallerRef(); });
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  StatusOr<http::ClientResponse> r = h.Post("k", Harness::Chat("m"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find("auth_unavailable"), std::string::npos) << r->body;
+  StatusOr<http::ClientResponse> models =
+      http::Client(h.base).Send("GET", "/v1/models", "", {{"Authorization", "Bearer k"}});
+  ASSERT_TRUE(models.ok()) << models.status();
+  EXPECT_EQ(models->status, 503) << models->body;
+  EXPECT_EQ(e.requests.load(), 0);
+}
+
+// A model's per-request series appear once a request of it is admitted: a refusal counts under
+// its own code and creates no 200 series.
+TEST(Gateway, RefusalsCountUnderTheirCodeAndMakeNoSuccessSeries) {
+  FakeEngine e;
+  Harness h;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("other", {.key_id = "other", .tenant = "u"});
+  h.AddKey("k", {.key_id = "k", .tenant = "t"});
+  ASSERT_EQ(h.Post("other", Harness::Chat("m"))->status, 403);
+  ASSERT_EQ(h.Post("nobody", Harness::Chat("m"))->status, 401);
+  std::string text = h.gw->metrics().Render();
+  EXPECT_NE(text.find("aicloud_gateway_requests_total{model=\"m\",code=\"403\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("aicloud_gateway_requests_total{model=\"unknown\",code=\"401\"} 1\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("code=\"200\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("aicloud_gateway_tokens_total{"), std::string::npos) << text;
+  ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);
+  ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);
+  text = h.gw->metrics().Render();
+  EXPECT_NE(text.find("aicloud_gateway_requests_total{model=\"m\",code=\"200\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("aicloud_gateway_request_duration_seconds_count{model=\"m\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("aicloud_gateway_tokens_total{model=\"m\",type=\"prompt\"}"), std::string::npos) << text;
 }
 
 void ExpectOpenAiError(const StatusOr<http::ClientResponse>& r, int status, const std::string& type,

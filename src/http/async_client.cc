@@ -73,7 +73,10 @@ class ResponseReader final : public bhttp::basic_parser<false> {
 // A pooled exchange is bounded by the connection's one timer, re-armed lazily as the server's
 // idle bound is: an exchange sets `bound_until` (a clock read), ending it resets it, and the
 // timer, when it fires, closes the socket if the bound passed or sleeps again until the next
-// one. So an exchange costs no timer operation and leaves no cancelled wait behind to run.
+// one. So an exchange costs no timer operation and leaves no cancelled wait behind to run —
+// unless its bound is earlier than the one armed (a client with a shorter timeout took the
+// connection from the loop's pool), which re-arms at once. An idle pooled connection's timer
+// may stay armed up to one timeout after its last exchange (loops are stopped, not drained).
 struct Conn : std::enable_shared_from_this<Conn> {
   using Clock = std::chrono::steady_clock;
   explicit Conn(const asio::any_io_executor& ex) : stream(ex), bound(ex) {}
@@ -82,7 +85,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   void Bound(std::chrono::milliseconds timeout) {
     bound_until = Clock::now() + timeout;
     timed_out = false;
-    if (!bound_armed) ArmBound();
+    if (!bound_armed || bound_until < armed_at) ArmBound();
   }
   // The exchange ended: nothing to bound until the next one.
   void Unbound() { bound_until = Clock::time_point::max(); }
@@ -95,10 +98,12 @@ struct Conn : std::enable_shared_from_this<Conn> {
  private:
   void ArmBound() {
     bound_armed = true;
-    bound.expires_at(bound_until);
-    bound.async_wait([weak = weak_from_this()](error_code ec) {
+    armed_at = bound_until;
+    const uint64_t gen = ++armed_gen;
+    bound.expires_at(bound_until);  // cancels a wait armed before: its handler sees an old gen
+    bound.async_wait([weak = weak_from_this(), gen](error_code ec) {
       std::shared_ptr<Conn> c = weak.lock();
-      if (!c) return;  // the connection is gone (its timer with it)
+      if (!c || gen != c->armed_gen) return;  // the connection is gone, or this wait was replaced
       c->bound_armed = false;
       if (ec || c->bound_until == Clock::time_point::max()) return;  // idle: armed by the next exchange
       if (Clock::now() < c->bound_until) return c->ArmBound();        // moved on meanwhile
@@ -110,6 +115,8 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   asio::steady_timer bound;
   Clock::time_point bound_until = Clock::time_point::max();
+  Clock::time_point armed_at = Clock::time_point::max();  // when the armed wait ends
+  uint64_t armed_gen = 0;                                 // which wait is the armed one
   bool bound_armed = false;
 };
 

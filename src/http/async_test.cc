@@ -182,7 +182,7 @@ struct Proxy {
     server = StartAsync([this](Request& req, Responder respond) {
       EventLoop* loop = respond.loop();
       const std::string up = upstream();
-      client.Send(*loop, up, method_override.empty() ? req.method : method_override, target_override.empty() ? req.target : target_override, std::move(req.body),
+      use.load()->Send(*loop, up, method_override.empty() ? req.method : method_override, target_override.empty() ? req.target : target_override, std::move(req.body),
                   headers,
                   [respond, loop, up](AsyncResult r) {
                     respond(Response::Json(200, {{"code", std::string(StatusCodeName(r.status.code()))},
@@ -202,6 +202,7 @@ struct Proxy {
   }
 
   AsyncClient client;
+  std::atomic<AsyncClient*> use{&client};  // the client the next request goes through
   std::function<std::string()> upstream;
   Headers headers = {{"x-test", "1"}};  // sent upstream with every request
   std::string target_override;          // sent instead of the request's target when set
@@ -393,7 +394,7 @@ TEST(AsyncClientTest, PooledExchangesAreBoundedFromTheirOwnStart) {
   Router router;
   router.Add("GET", "/quick", [](Request& req) { return Response::Text(200, req.remote); });
   router.Add("GET", "/slow", [](Request&) {
-    std::this_thread::sleep_for(700ms);
+    std::this_thread::sleep_for(2000ms);
     return Response::Text(200, "late");
   });
   auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); });
@@ -417,8 +418,35 @@ TEST(AsyncClientTest, PooledExchangesAreBoundedFromTheirOwnStart) {
   EXPECT_TRUE(slow["reused"]) << slow;
   EXPECT_NE(slow["message"].get<std::string>().find("timed out after 300 ms"), std::string::npos) << slow;
   EXPECT_GE(took, 280ms);  // bounded from its own start, not from the earlier exchange's
-  EXPECT_LT(took, 650ms);  // and not left to the upstream's 700 ms
+  EXPECT_LT(took, 1500ms);  // and not left to the upstream's 2 s
   EXPECT_EQ(slow["idle"], 0);  // a timed-out connection is not pooled
+}
+
+// Clients share a loop's pooled connections whatever their timeouts: one with a shorter timeout
+// that takes a connection whose timer is armed for a longer one is still bounded by its own.
+TEST(AsyncClientTest, AShorterTimeoutOnAPooledConnectionStillBounds) {
+  Router router;
+  router.Add("GET", "/quick", [](Request& req) { return Response::Text(200, req.remote); });
+  router.Add("GET", "/slow", [](Request&) {
+    std::this_thread::sleep_for(2000ms);
+    return Response::Text(200, "late");
+  });
+  auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(up);
+  Proxy proxy([&] { return HostPort(*up); }, {.timeout = 10000ms});
+  AsyncClient brief({.timeout = 300ms});
+  ASSERT_EQ(proxy.Get("/quick")["code"], "OK");  // a new connection, then pooled
+  json armed = proxy.Get("/quick");               // pooled: its timer armed for 10 s
+  ASSERT_EQ(armed["code"], "OK") << armed;
+  proxy.use = &brief;
+  const auto t0 = std::chrono::steady_clock::now();
+  json slow = proxy.Get("/slow");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(slow["code"], "DEADLINE_EXCEEDED") << slow;
+  EXPECT_TRUE(slow["reused"]) << slow;  // over the connection the 10 s client left
+  EXPECT_NE(slow["message"].get<std::string>().find("timed out after 300 ms"), std::string::npos) << slow;
+  EXPECT_LT(took, 1500ms);  // its own 300 ms, not the 10 s armed before, nor the upstream's 2 s
+  proxy.use = &proxy.client;
 }
 
 // A listening TCP socket on 127.0.0.1 and an ephemeral port (for the raw upstreams below).
