@@ -273,6 +273,7 @@ TEST(Gateway, RefusalsCountUnderTheirCodeAndMakeNoSuccessSeries) {
   EXPECT_EQ(text.find("aicloud_gateway_tokens_total{"), std::string::npos) << text;
   ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);
   ASSERT_EQ(h.Post("k", Harness::Chat("m"))->status, 200);
+  ASSERT_TRUE(h.sink.WaitFor(4, milliseconds(2000)));  // answers go before their metrics and record
   text = h.gw->metrics().Render();
   EXPECT_NE(text.find("aicloud_gateway_requests_total{model=\"m\",code=\"200\"} 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("aicloud_gateway_request_duration_seconds_count{model=\"m\"} 3\n"), std::string::npos) << text;

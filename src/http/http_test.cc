@@ -81,6 +81,8 @@ TEST(RequestTest, HeaderAndQueryLookups) {
   req.query["limit"] = "5";
   EXPECT_EQ(req.Header("x-a"), "1");
   EXPECT_EQ(req.Header("x-b"), "");
+  EXPECT_EQ(req.HeaderView("x-a"), "1");
+  EXPECT_TRUE(req.HeaderView("x-b").empty());
   EXPECT_EQ(req.Query("limit"), "5");
   EXPECT_EQ(req.Query("missing", "10"), "10");
 }
@@ -187,6 +189,28 @@ TEST(RouterTest, LaterAddReplaces) {
   router.Add("GET", "/a", Named("two"));
   Request req = Make("GET", "/a");
   EXPECT_EQ(json::parse(router.Dispatch(req).body)["handler"], "two");
+}
+
+// A handler may dispatch another request through the same router (matching keeps per-thread
+// scratch space, which must be free again by then): both get their own route and parameters.
+TEST(RouterTest, AHandlerMayDispatchAgain) {
+  Router router;
+  router.Add("GET", "/inner/{x}/{y}", Named("inner"));
+  router.Add("GET", "/outer/{a}/b/{c}", [&](Request& req) {
+    Request inner = Make("GET", "/inner/" + req.params["a"] + "/deep");
+    json got = json::parse(router.Dispatch(inner).body);
+    return Response::Json(200, {{"a", req.params["a"]}, {"c", req.params["c"]}, {"route", req.route}, {"inner", got}});
+  });
+  Request req = Make("GET", "/outer/1/b/3");
+  json r = json::parse(router.Dispatch(req).body);
+  EXPECT_EQ(r["a"], "1");
+  EXPECT_EQ(r["c"], "3");
+  EXPECT_EQ(r["route"], "/outer/{a}/b/{c}");
+  EXPECT_EQ(r["inner"]["handler"], "inner");
+  EXPECT_EQ(r["inner"]["params"]["x"], "1");
+  EXPECT_EQ(r["inner"]["params"]["y"], "deep");
+  Request missing = Make("GET", "/outer/1/b");  // and a miss after it still names its path
+  EXPECT_EQ(router.Dispatch(missing).status, 404);
 }
 
 TEST(SseTest, FormatsEvents) {
