@@ -40,7 +40,8 @@ struct Gateway::Call {
   BudgetReservation reservation;
   bool settled = true;           // false while a reservation / tpm charge is outstanding
   std::vector<uint64_t> prefix;
-  const ModelSeries* series = nullptr;  // the model's bound metric series, once the route is known
+  const ModelSeries* series = nullptr;  // the model's bound metric series, once admitted
+  std::shared_ptr<http::CancelSignal> client_gone;  // the request's (null when not read by a server)
 
   // Rate-limit scopes point into `who`: (re)build them after `who` is set or the Call moved.
   void PointScopes() {
@@ -376,6 +377,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   call.rec.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
   call.rec.endpoint = EndpointName(endpoint);
+  call.client_gone = req.client_gone;
 
   // 1. Who is calling.
   StatusOr<CallerRef> who = deps_.authenticate(req.HeaderView("authorization"));
@@ -534,6 +536,14 @@ std::shared_ptr<const Route> Gateway::WaitForReplica(Call& call, std::shared_ptr
     }
     if (now->ReadyCount() > 0) {
       out = std::move(now);
+      break;
+    }
+    if (call.client_gone && call.client_gone->cancelled()) {
+      // Nobody would read the answer: stop holding, so the slot goes to a client still waiting.
+      client_gone_->Inc({deployment});
+      call.rec.error = "client disconnected while held";
+      *refusal = OpenAiError(499, "client_closed_request",
+                             "the client closed the connection while the request waited for a replica");
       break;
     }
     const auto t = SteadyClock::now();

@@ -889,6 +889,50 @@ TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
   EXPECT_NE(m->body.find("aicloud_gateway_client_gone_total{deployment=\"m\"} 1"), std::string::npos) << m->body;
 }
 
+// A request held for a replica (scale from zero) whose client leaves stops holding: its slot in
+// the bounded hold queue goes to a client still waiting, nothing is charged, and the record says
+// 499 "client disconnected while held".
+TEST(Gateway, AHeldRequestWhoseClientLeavesFreesItsSlot) {
+  FakeEngine e;
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  o.hold_queue_size = 1;
+  o.hold_timeout = milliseconds(20000);
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("cold", "t", {{"r", e.url(), false}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
+  int fd = http::testing::ConnectLoopback(h.server->port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(http::testing::WriteAll(fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("cold").dump(),
+                                                                  "Authorization: Bearer k\r\n")));
+  auto held = [&] {
+    const std::string text = h.gw->metrics().Render();
+    return text.find("aicloud_gateway_held_requests{deployment=\"cold\"} 1") != std::string::npos;
+  };
+  for (int i = 0; i < 300 && !held(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(held());
+  ASSERT_EQ(h.Post("k", Harness::Chat("cold"))->status, 429);  // the one slot is taken
+  ::close(fd);  // the held client leaves; the server notices within its 1 s check
+  ASSERT_TRUE(h.sink.WaitFor(2, milliseconds(3000)));
+  const UsageRecord gone = h.sink.records()[1];
+  EXPECT_EQ(gone.status, 499);
+  EXPECT_EQ(gone.error, "client disconnected while held");
+  EXPECT_EQ(gone.prompt_tokens + gone.completion_tokens, 0);  // it never reached a replica
+  EXPECT_EQ(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);
+  EXPECT_EQ(h.gw->ledger().Usage("tenant t").spent_tokens, 0);
+  EXPECT_EQ(e.requests.load(), 0);
+  // The slot is free again: the next request is held, and answered once a replica is ready.
+  std::thread ready([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    EXPECT_TRUE(h.dir.Upsert(OneModel("cold", "t", {{"r", e.url(), true}})).ok());
+  });
+  StatusOr<http::ClientResponse> next = h.Post("k", Harness::Chat("cold"));
+  ready.join();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->status, 200) << next->body;
+  EXPECT_NE(h.gw->metrics().Render().find("aicloud_gateway_client_gone_total{deployment=\"cold\"} 1"), std::string::npos);
+}
+
 TEST(Gateway, UpstreamErrorsPassThroughAndMetricsAreServed) {
   FakeEngine e;
   Harness h;
