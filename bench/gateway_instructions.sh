@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # User-space instructions per proxied request, counted by valgrind's callgrind: the gateway's I/O
 # thread, the stub upstream's thread, and an nginx reverse proxy doing the same proxying. Unlike CPU
-# time on a shared machine, the counts repeat to within a fraction of a percent, so a change to
+# time on a shared machine, the counts repeat to within ~3% (timers and pollers fall into the interval differently), so a change to
 # the request path can be measured on any host. Each target runs twice under callgrind (1 s and
 # 3 s of 200 requests/s after a 1 s warm-up) and the difference is divided by the 400 extra
 # requests, which cancels start-up. Kernel work (loopback TCP, epoll) is not counted: it is the
