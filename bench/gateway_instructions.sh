@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # User-space instructions per proxied request, counted by valgrind's callgrind: the gateway's I/O
 # thread, the stub upstream's thread, and an nginx reverse proxy doing the same proxying. Unlike CPU
-# time on a shared machine, the counts repeat to within ~3% (timers and pollers fall into the interval differently), so a change to
-# the request path can be measured on any host. Each target runs twice under callgrind (1 s and
+# time on a shared machine, the counts repeat to within ~3% (the gateway's timers and pollers fall
+# into the counted interval differently), so a change to the request path can be measured on any
+# host; repeat a run to tell changes of a few percent apart. Each target runs twice under callgrind (1 s and
 # 3 s of 200 requests/s after a 1 s warm-up) and the difference is divided by the 400 extra
 # requests, which cancels start-up. Kernel work (loopback TCP, epoll) is not counted: it is the
-# same for the gateway and nginx (RESULTS.md 8.7). Results: bench/RESULTS.md section 8.9.
+# same for the gateway and nginx (RESULTS.md 8.7). Results: bench/RESULTS.md sections 8.9 and 8.10.
 # Usage: bench/gateway_instructions.sh path/to/gateway_bench [path/to/nginx]
 set -u
 bench=$(realpath "${1:?usage: bench/gateway_instructions.sh path/to/gateway_bench [path/to/nginx]}")
