@@ -387,19 +387,27 @@ TEST(AsyncClientTest, RefusedIsUnavailableAndSlowIsDeadlineExceeded) {
   EXPECT_EQ(proxy.Get("/x")["code"], "INVALID_ARGUMENT");
 }
 
+// An upstream answering /quick at once (with the caller's address) and /slow after 2 s.
+struct QuickAndSlow {
+  QuickAndSlow() {
+    router.Add("GET", "/quick", [](Request& req) { return Response::Text(200, req.remote); });
+    router.Add("GET", "/slow", [](Request&) {
+      std::this_thread::sleep_for(2000ms);
+      return Response::Text(200, "late");
+    });
+    server = StartBlocking([this](Request& req) { return router.Dispatch(req); });
+  }
+  Router router;
+  std::unique_ptr<Server> server;
+};
+
 // Exchanges over a pooled connection share its one timer, which re-arms itself for the exchange
 // in progress: a bound that passed while the connection sat idle closes nothing, and an
 // exchange that starts late is bounded from its own start.
 TEST(AsyncClientTest, PooledExchangesAreBoundedFromTheirOwnStart) {
-  Router router;
-  router.Add("GET", "/quick", [](Request& req) { return Response::Text(200, req.remote); });
-  router.Add("GET", "/slow", [](Request&) {
-    std::this_thread::sleep_for(2000ms);
-    return Response::Text(200, "late");
-  });
-  auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); });
-  ASSERT_TRUE(up);
-  Proxy proxy([&] { return HostPort(*up); }, {.timeout = 300ms});
+  QuickAndSlow up;
+  ASSERT_TRUE(up.server);
+  Proxy proxy([&] { return HostPort(*up.server); }, {.timeout = 300ms});
   json first = proxy.Get("/quick");  // a new connection, then pooled
   ASSERT_EQ(first["code"], "OK") << first;
   json second = proxy.Get("/quick");  // pooled: arms the connection's timer for 300 ms
@@ -425,15 +433,9 @@ TEST(AsyncClientTest, PooledExchangesAreBoundedFromTheirOwnStart) {
 // Clients share a loop's pooled connections whatever their timeouts: one with a shorter timeout
 // that takes a connection whose timer is armed for a longer one is still bounded by its own.
 TEST(AsyncClientTest, AShorterTimeoutOnAPooledConnectionStillBounds) {
-  Router router;
-  router.Add("GET", "/quick", [](Request& req) { return Response::Text(200, req.remote); });
-  router.Add("GET", "/slow", [](Request&) {
-    std::this_thread::sleep_for(2000ms);
-    return Response::Text(200, "late");
-  });
-  auto up = StartBlocking([&](Request& req) { return router.Dispatch(req); });
-  ASSERT_TRUE(up);
-  Proxy proxy([&] { return HostPort(*up); }, {.timeout = 10000ms});
+  QuickAndSlow up;
+  ASSERT_TRUE(up.server);
+  Proxy proxy([&] { return HostPort(*up.server); }, {.timeout = 10000ms});
   AsyncClient brief({.timeout = 300ms});
   ASSERT_EQ(proxy.Get("/quick")["code"], "OK");  // a new connection, then pooled
   json armed = proxy.Get("/quick");               // pooled: its timer armed for 10 s
