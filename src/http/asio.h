@@ -5,7 +5,9 @@
 // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
 #include <utility>
 
+#include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -69,6 +71,42 @@ inline void AddHeader(std::map<std::string, std::string>& headers, std::string_v
   auto [it, inserted] = headers.emplace(std::move(lower), std::string(value));
   if (!inserted) it->second.append(", ").append(value);
 }
+
+// Beast's parser writing a message's headers (AddHeader) and body straight into our own types,
+// with no Beast fields container in between: what RequestReader (server) and ResponseReader
+// (async client) share. Each adds its start line and any field it looks at.
+template <bool isRequest>
+class ParserInto : public bhttp::basic_parser<isRequest> {
+ protected:
+  // `reserve_cap`: at most this much is reserved up front for an announced body (more grows as
+  // it arrives).
+  ParserInto(std::map<std::string, std::string>& headers, std::string& body, size_t reserve_cap)
+      : headers_(headers), body_(body), reserve_cap_(reserve_cap) {}
+
+  void on_field_impl(bhttp::field, beast::string_view name, beast::string_view value, error_code&) override {
+    AddHeader(headers_, Sv(name), Sv(value));
+  }
+
+ private:
+  void on_header_impl(error_code&) override {}
+  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
+    if (length) body_.reserve(static_cast<size_t>(std::min<std::uint64_t>(*length, reserve_cap_)));
+  }
+  size_t on_body_impl(beast::string_view body, error_code&) override {
+    body_.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
+    body_.append(body.data(), body.size());
+    return body.size();
+  }
+  void on_finish_impl(error_code&) override {}
+
+  std::map<std::string, std::string>& headers_;
+  std::string& body_;
+  const size_t reserve_cap_;
+};
 
 inline std::map<std::string, std::string> HeadersOf(const bhttp::fields& res) {
   std::map<std::string, std::string> out;

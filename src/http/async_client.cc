@@ -32,10 +32,11 @@ constexpr size_t kReadChunk = 16 * 1024;
 
 // Beast's response parser writing straight into a ClientResponse: status, headers (names
 // lower-cased, repeats joined with ", ") and body, with no Beast fields container in between.
-class ResponseReader final : public bhttp::basic_parser<false> {
+class ResponseReader final : public ParserInto<false> {
  public:
-  // An answer to HEAD has no body, whatever its Content-Length says.
-  ResponseReader(ClientResponse& out, bool head) : out_(out) {
+  // An answer to HEAD has no body, whatever its Content-Length says. Up to 16 MiB of an
+  // announced body is reserved up front.
+  ResponseReader(ClientResponse& out, bool head) : ParserInto(out.headers, out.body, size_t{16} << 20) {
     body_limit(std::numeric_limits<std::uint64_t>::max());
     if (head) skip(true);
   }
@@ -44,26 +45,7 @@ class ResponseReader final : public bhttp::basic_parser<false> {
  private:
   void on_request_impl(bhttp::verb, beast::string_view, beast::string_view, int, error_code&) override {}
   void on_response_impl(int code, beast::string_view, int, error_code&) override { status_ = code; }
-  void on_field_impl(bhttp::field, beast::string_view name, beast::string_view value, error_code&) override {
-    AddHeader(out_.headers, Sv(name), Sv(value));
-  }
-  void on_header_impl(error_code&) override {}
-  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
-    // Room for what is announced, up to 16 MiB (more grows as it arrives).
-    if (length) out_.body.reserve(static_cast<size_t>(std::min<std::uint64_t>(*length, std::uint64_t{16} << 20)));
-  }
-  size_t on_body_impl(beast::string_view body, error_code&) override {
-    out_.body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
-  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
-    out_.body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_finish_impl(error_code&) override {}
 
-  ClientResponse& out_;
   int status_ = 0;
 };
 

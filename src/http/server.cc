@@ -71,9 +71,10 @@ bool IEquals(std::string_view a, std::string_view b) { return beast::iequals(Bv(
 
 // Beast's request parser writing straight into a Request: method, target, headers (names
 // lower-cased, repeats joined with ", ") and body, with no Beast fields container in between.
-class RequestReader final : public bhttp::basic_parser<true> {
+class RequestReader final : public ParserInto<true> {
  public:
-  explicit RequestReader(Request& req) : req_(req) {}
+  // The parser has checked an announced length against the body limit already: reserved whole.
+  explicit RequestReader(Request& req) : ParserInto(req.headers, req.body, SIZE_MAX), req_(req) {}
   bhttp::verb method() const { return verb_; }
   bool expects_continue() const { return expects_continue_; }
 
@@ -85,25 +86,10 @@ class RequestReader final : public bhttp::basic_parser<true> {
     req_.target.assign(target.data(), target.size());
   }
   void on_response_impl(int, beast::string_view, int, error_code&) override {}
-  void on_field_impl(bhttp::field field, beast::string_view name, beast::string_view value, error_code&) override {
+  void on_field_impl(bhttp::field field, beast::string_view name, beast::string_view value, error_code& ec) override {
     if (field == bhttp::field::expect && IEquals(Sv(value), "100-continue")) expects_continue_ = true;
-    AddHeader(req_.headers, Sv(name), Sv(value));
+    ParserInto::on_field_impl(field, name, value, ec);
   }
-  void on_header_impl(error_code&) override {}
-  void on_body_init_impl(const boost::optional<std::uint64_t>& length, error_code&) override {
-    // The parser has checked the length against the body limit already.
-    if (length) req_.body.reserve(static_cast<size_t>(*length));
-  }
-  size_t on_body_impl(beast::string_view body, error_code&) override {
-    req_.body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, beast::string_view, error_code&) override {}
-  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body, error_code&) override {
-    req_.body.append(body.data(), body.size());
-    return body.size();
-  }
-  void on_finish_impl(error_code&) override {}
 
   Request& req_;
   bhttp::verb verb_ = bhttp::verb::unknown;
