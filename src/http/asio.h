@@ -55,9 +55,6 @@ class EventLoop : public asio::io_context {
   const int threads_;
 };
 
-// Lower case for ASCII letters only (std::tolower consults the locale on every call).
-inline char AsciiLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
-
 // Beast 1.74 uses boost::string_view; these convert at the edges.
 inline std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
 inline beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; }
@@ -65,14 +62,7 @@ inline beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; 
 // A response's headers, names lower-cased, repeated fields joined with ", " (what
 // ClientResponse and AsyncResult carry).
 // Adds one field to such a map: the name lower-cased, a repeated field joined with ", ".
-inline void AddHeader(std::map<std::string, std::string>& headers, std::string_view name, std::string_view value) {
-  std::string lower(name);
-  for (char& ch : lower) ch = AsciiLower(ch);
-  auto [it, inserted] = headers.emplace(std::move(lower), std::string(value));
-  if (!inserted) it->second.append(", ").append(value);
-}
-
-// Beast's parser writing a message's headers (AddHeader) and body straight into our own types,
+// Beast's parser writing a message's headers (HeaderMap::Add) and body straight into our own types,
 // with no Beast fields container in between: what RequestReader (server) and ResponseReader
 // (async client) share. Each adds its start line and any field it looks at.
 template <bool isRequest>
@@ -80,11 +70,11 @@ class ParserInto : public bhttp::basic_parser<isRequest> {
  protected:
   // `reserve_cap`: at most this much is reserved up front for an announced body (more grows as
   // it arrives).
-  ParserInto(std::map<std::string, std::string>& headers, std::string& body, size_t reserve_cap)
+  ParserInto(HeaderMap& headers, std::string& body, size_t reserve_cap)
       : headers_(headers), body_(body), reserve_cap_(reserve_cap) {}
 
   void on_field_impl(bhttp::field, beast::string_view name, beast::string_view value, error_code&) override {
-    AddHeader(headers_, Sv(name), Sv(value));
+    headers_.Add(Sv(name), Sv(value));
   }
 
  private:
@@ -103,14 +93,14 @@ class ParserInto : public bhttp::basic_parser<isRequest> {
   }
   void on_finish_impl(error_code&) override {}
 
-  std::map<std::string, std::string>& headers_;
+  HeaderMap& headers_;
   std::string& body_;
   const size_t reserve_cap_;
 };
 
-inline std::map<std::string, std::string> HeadersOf(const bhttp::fields& res) {
-  std::map<std::string, std::string> out;
-  for (const auto& field : res) AddHeader(out, Sv(field.name_string()), Sv(field.value()));
+inline HeaderMap HeadersOf(const bhttp::fields& res) {
+  HeaderMap out;
+  for (const auto& field : res) out.Add(Sv(field.name_string()), Sv(field.value()));
   return out;
 }
 

@@ -42,7 +42,7 @@ struct ClientOptions {
 struct ClientResponse {
   int status = 0;
   std::string body;
-  std::map<std::string, std::string> headers;  // lower-cased names
+  HeaderMap headers;  // lower-cased names
 };
 
 using Headers = std::vector<std::pair<std::string, std::string>>;

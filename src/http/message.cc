@@ -7,8 +7,7 @@ namespace aicloud::http {
 std::string Request::Header(std::string_view lower_name) const { return std::string(HeaderView(lower_name)); }
 
 std::string_view Request::HeaderView(std::string_view lower_name) const {
-  auto it = headers.find(std::string(lower_name));
-  return it == headers.end() ? std::string_view() : std::string_view(it->second);
+  return headers.Get(lower_name);
 }
 
 std::string Request::Query(std::string_view name, std::string_view def) const {

@@ -28,6 +28,7 @@
 
 #include "core/status.h"
 #include "http/cancel.h"
+#include "http/header_map.h"
 
 namespace aicloud::http {
 
@@ -37,7 +38,7 @@ struct Request {
   std::string target;                          // raw, e.g. "/api/v1/jobs?limit=5"
   std::string path;                            // percent-decoded path, no query
   std::map<std::string, std::string> query;    // decoded query parameters (last wins)
-  std::map<std::string, std::string> headers;  // names lower-cased; repeated headers joined by ", "
+  HeaderMap headers;                           // names lower-cased; repeated headers joined by ", "
   std::string body;
   std::string remote;                          // "127.0.0.1:43122"
   std::map<std::string, std::string> params;   // filled by Router from "{name}" segments
@@ -48,7 +49,7 @@ struct Request {
 
   // "" if absent. REQUIRES: lower_name is lower-case.
   std::string Header(std::string_view lower_name) const;
-  // The same without a copy: valid while the header map is not changed.
+  // The same without a copy: valid while the headers are not changed.
   std::string_view HeaderView(std::string_view lower_name) const;
   std::string Query(std::string_view name, std::string_view def = "") const;
 };

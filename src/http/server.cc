@@ -378,12 +378,7 @@ Request ToRequest(bhttp::request<bhttp::string_body>&& r, const std::string& rem
   size_t qm = t.find('?');
   q.path = PercentDecode(t.substr(0, qm));
   if (qm != std::string_view::npos) q.query = ParseQuery(t.substr(qm + 1));
-  for (const auto& field : r) {
-    std::string name(field.name_string());
-    for (char& ch : name) ch = AsciiLower(ch);
-    auto [it, inserted] = q.headers.emplace(std::move(name), std::string(field.value()));
-    if (!inserted) it->second.append(", ").append(Sv(field.value()));
-  }
+  for (const auto& field : r) q.headers.Add(Sv(field.name_string()), Sv(field.value()));
   q.body = std::move(r.body());
   q.remote = remote;
   return q;
