@@ -623,7 +623,8 @@ std::shared_ptr<ReplicaState> Gateway::PickReplica(Call& call, const Route& rout
 
 // Tries replicas until one answers (a status line arrives) or attempts run out. Retries only
 // when no byte of an answer arrived and the failure was a connection failure (refused, reset,
-// closed): never after the upstream started answering, never on a timeout.
+// closed): never after the upstream started answering, never on a timeout, never once the
+// client left (its CancelSignal closes the upstream connection at once).
 Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::function<bool(std::string_view)>& on_chunk,
                                     const std::function<void(const http::ClientResponse&, const std::string& replica_id)>& on_head) {
   Attempted a;
@@ -653,7 +654,7 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
                                  }
                                  return on_chunk(bytes);
                                },
-                               &head);
+                               &head, call.client_gone.get());
     call.upstream += SteadyClock::now() - t;
     r->in_flight.fetch_sub(1, std::memory_order_relaxed);
     a.replica_id = replica_id;
@@ -667,7 +668,8 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
       return a;
     }
     a.status = st;
-    if (st.code() != StatusCode::kUnavailable) break;  // a timeout: the upstream may be working on it
+    // A timeout (the upstream may be working on it) or the client's leaving: no other replica.
+    if (st.code() != StatusCode::kUnavailable) break;
     Eject(*r);
   }
   return a;
@@ -746,6 +748,7 @@ http::Response Gateway::Unary(Call& call, const Route& route) {
 }
 
 http::Response Gateway::UnaryAnswer(Call& call, const Route& route, Attempted a, std::string body) {
+  if (a.status.code() == StatusCode::kCancelled) return ClientGone(call, route, a.replica_id);
   call.rec.replica = a.replica_id;
   if (!a.answered) {
     Settle(call, route, false, std::nullopt, 0);
@@ -878,6 +881,7 @@ http::Response Gateway::Streaming(Call& call, const Route& route) {
     Status st = pipe->result.status;
     c.rec.replica = pipe->result.replica_id;
     lock.unlock();
+    if (st.code() == StatusCode::kCancelled) return ClientGone(c, route, c.rec.replica);
     Settle(c, route, false, std::nullopt, 0);
     const bool timeout = st.code() == StatusCode::kDeadlineExceeded;
     c.rec.error = st.message();

@@ -854,39 +854,44 @@ TEST(Gateway, ClientDisconnectCancelsTheUpstream) {
 
 // A unary call whose client leaves while the replica works on it: the gateway closes its
 // upstream call (the engine sees its client go and stops), charges the prompt, releases the rest
-// of the budget reservation and records a 499 "client disconnected". Default check intervals (1 s) on both servers.
+// of the budget reservation and records a 499 "client disconnected". Default check intervals (1 s)
+// on both servers. On the fast path (an async upstream call) and on a worker (a blocking one).
 TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
-  FakeEngine e({.unary_delay = milliseconds(8000)});
-  GatewayOptions o;
-  o.scrape_period = milliseconds(0);
-  Harness h(o);
-  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
-  h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
-  const auto start = std::chrono::steady_clock::now();
-  int fd = http::testing::ConnectLoopback(h.server->port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(http::testing::WriteAll(fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("m", "hi", 50).dump(),
-                                                                  "Authorization: Bearer k\r\n")));
-  for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_EQ(e.requests.load(), 1);
-  EXPECT_GT(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);  // held while the replica works
-  ::close(fd);
-  for (int i = 0; i < 600 && !e.unary_cancelled.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
-  EXPECT_TRUE(e.unary_cancelled.load());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));  // not the 8 s answer
-  ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
-  const UsageRecord rec = h.sink.records()[0];
-  EXPECT_EQ(rec.status, 499);
-  EXPECT_EQ(rec.error, "client disconnected");
-  EXPECT_EQ(rec.replica, "r");
-  const BudgetUsage u = h.gw->ledger().Usage("tenant t");
-  EXPECT_EQ(u.reserved_tokens, 0);
-  EXPECT_GT(u.spent_tokens, 0);  // the prompt the replica read is charged, not the 50 tokens asked for
-  EXPECT_EQ(u.spent_tokens, rec.prompt_tokens);
-  EXPECT_EQ(rec.completion_tokens, 0);
-  StatusOr<http::ClientResponse> m = http::Client(h.base).Send("GET", "/metrics");
-  ASSERT_TRUE(m.ok());
-  EXPECT_NE(m->body.find("aicloud_gateway_client_gone_total{deployment=\"m\"} 1"), std::string::npos) << m->body;
+  for (const bool fast_path : {true, false}) {
+    SCOPED_TRACE(fast_path ? "fast path" : "worker");
+    FakeEngine e({.unary_delay = milliseconds(8000)});
+    GatewayOptions o;
+    o.scrape_period = milliseconds(0);
+    o.fast_path = fast_path;
+    Harness h(o);
+    ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+    h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
+    const auto start = std::chrono::steady_clock::now();
+    int fd = http::testing::ConnectLoopback(h.server->port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(http::testing::WriteAll(
+        fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("m", "hi", 50).dump(), "Authorization: Bearer k\r\n")));
+    for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+    ASSERT_EQ(e.requests.load(), 1);
+    EXPECT_GT(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);  // held while the replica works
+    ::close(fd);
+    for (int i = 0; i < 600 && !e.unary_cancelled.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
+    EXPECT_TRUE(e.unary_cancelled.load());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));  // not the 8 s answer
+    ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
+    const UsageRecord rec = h.sink.records()[0];
+    EXPECT_EQ(rec.status, 499);
+    EXPECT_EQ(rec.error, "client disconnected");
+    EXPECT_EQ(rec.replica, "r");
+    const BudgetUsage u = h.gw->ledger().Usage("tenant t");
+    EXPECT_EQ(u.reserved_tokens, 0);
+    EXPECT_GT(u.spent_tokens, 0);  // the prompt the replica read is charged, not the 50 tokens asked for
+    EXPECT_EQ(u.spent_tokens, rec.prompt_tokens);
+    EXPECT_EQ(rec.completion_tokens, 0);
+    StatusOr<http::ClientResponse> m = http::Client(h.base).Send("GET", "/metrics");
+    ASSERT_TRUE(m.ok());
+    EXPECT_NE(m->body.find("aicloud_gateway_client_gone_total{deployment=\"m\"} 1"), std::string::npos) << m->body;
+  }
 }
 
 // A request held for a replica (scale from zero) whose client leaves stops holding: its slot in

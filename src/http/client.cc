@@ -1,6 +1,8 @@
 #include "http/client.h"
 
+#include <cstdint>
 #include <limits>
+#include <mutex>
 #include <optional>
 
 #include "http/asio.h"
@@ -33,8 +35,10 @@ class Client::Impl {
   }
 
   StatusOr<ClientResponse> Send(std::string_view method, std::string_view target,
-                                std::string_view body, const Headers& headers) {
+                                std::string_view body, const Headers& headers, CancelSignal* cancel) {
     if (!init_.ok()) return init_;
+    if (cancel != nullptr && cancel->cancelled()) return Cancelled(method, target);
+    CancelScope scope(this, cancel);
     auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
     bhttp::request<bhttp::string_body> req = BuildRequest(method, target, body, headers);
     for (int attempt = 0;; ++attempt) {
@@ -56,7 +60,7 @@ class Client::Impl {
       }
       if (ec) {
         Close();
-        if (reused && attempt == 0 && !parser.got_some() && ec != beast::error::timeout) continue;
+        if (reused && attempt == 0 && !parser.got_some() && ec != beast::error::timeout && !aborted_) continue;
         return ErrorFor(ec, method, target);
       }
       ClientResponse out;
@@ -72,8 +76,10 @@ class Client::Impl {
 
   Status Stream(std::string_view method, std::string_view target, std::string_view body,
                 const Headers& headers, const std::function<bool(std::string_view)>& on_chunk,
-                ClientResponse* head) {
+                ClientResponse* head, CancelSignal* cancel) {
     if (!init_.ok()) return init_;
+    if (cancel != nullptr && cancel->cancelled()) return Cancelled(method, target);
+    CancelScope scope(this, cancel);
     auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
     bhttp::request<bhttp::string_body> req = BuildRequest(method, target, body, headers);
     std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
@@ -93,7 +99,7 @@ class Client::Impl {
       }
       if (!ec) break;
       Close();
-      if (reused && attempt == 0 && !parser->got_some() && ec != beast::error::timeout) continue;
+      if (reused && attempt == 0 && !parser->got_some() && ec != beast::error::timeout && !aborted_) continue;
       return ErrorFor(ec, method, target);
     }
 
@@ -233,6 +239,7 @@ class Client::Impl {
 
   Status Connect(std::chrono::steady_clock::time_point deadline) {
     Close();
+    if (aborted_) return Status(StatusCode::kCancelled, "http client: cancelled before connecting to " + host_ + ":" + port_);
     std::string where = host_ + ":" + port_;
     error_code ec;
     tcp::resolver resolver(ioc_);
@@ -247,6 +254,7 @@ class Client::Impl {
     ec = Run([&](auto h) { Lowest().async_connect(results, std::move(h)); });
     if (ec) {
       Close();
+      if (aborted_) return Status(StatusCode::kCancelled, "http client: connect to " + where + " cancelled");
       if (ec == beast::error::timeout) return DeadlineExceeded("http client: connect to " + where + " timed out");
       return UnavailableError("http client: cannot connect to " + where + ": " + ec.message());
     }
@@ -269,6 +277,7 @@ class Client::Impl {
       ec = Run([&](auto h) { tls_stream_->async_handshake(asio::ssl::stream_base::client, std::move(h)); });
       if (ec) {
         Close();
+        if (aborted_) return Status(StatusCode::kCancelled, "http client: TLS handshake with " + where + " cancelled");
         if (ec == beast::error::timeout) return DeadlineExceeded("http client: TLS handshake with " + where + " timed out");
         return UnavailableError("http client: TLS handshake with " + where + " failed: " + ec.message());
       }
@@ -289,9 +298,17 @@ class Client::Impl {
     ioc_.poll();  // let the cancelled operations' handlers go
   }
 
+  std::string What(std::string_view method, std::string_view target) const {
+    return "http client: " + std::string(method) + " " + host_ + ":" + port_ + prefix_ + std::string(target);
+  }
+
+  Status Cancelled(std::string_view method, std::string_view target) const {
+    return Status(StatusCode::kCancelled, What(method, target) + ": cancelled");
+  }
+
   Status ErrorFor(const error_code& ec, std::string_view method, std::string_view target) const {
-    std::string what = "http client: " + std::string(method) + " " + host_ + ":" + port_ + prefix_ +
-                       std::string(target);
+    if (aborted_) return Cancelled(method, target);
+    std::string what = What(method, target);
     if (ec == beast::error::timeout) {
       return DeadlineExceeded(what + ": timed out after " + std::to_string(opts_.timeout.count()) + " ms");
     }
@@ -316,6 +333,59 @@ class Client::Impl {
     return result;
   }
 
+  // Ties one call to its CancelSignal. Raising the signal, on any thread, posts Abort to this
+  // client's io_context, which closes the socket: the call's pending operation ends and the call
+  // returns CANCELLED. The signal keeps its callback after the call; `impl` is cleared when the
+  // call ends (under `mu`, so a post never reaches a destroyed client), and an Abort posted just
+  // before that names a call that is over and does nothing.
+  struct CancelLink {
+    std::mutex mu;
+    Impl* impl = nullptr;  // GUARDED_BY(mu)
+    uint64_t call = 0;
+  };
+
+  class CancelScope {
+   public:
+    CancelScope(Impl* impl, CancelSignal* signal) : impl_(impl) {
+      if (signal == nullptr) return;
+      link_ = std::make_shared<CancelLink>();
+      link_->impl = impl;
+      link_->call = impl->calls_;
+      signal->OnCancel([link = link_] {
+        std::lock_guard<std::mutex> lock(link->mu);
+        if (link->impl != nullptr) {
+          asio::post(link->impl->ioc_, [impl = link->impl, call = link->call] { impl->Abort(call); });
+        }
+      });
+    }
+    ~CancelScope() {
+      if (link_) {
+        std::lock_guard<std::mutex> lock(link_->mu);
+        link_->impl = nullptr;
+      }
+      ++impl_->calls_;
+      // Raised after the last read finished: the answer stands, but the socket was closed.
+      if (impl_->aborted_) impl_->Close();
+      impl_->aborted_ = false;
+    }
+    CancelScope(const CancelScope&) = delete;
+    CancelScope& operator=(const CancelScope&) = delete;
+
+   private:
+    Impl* impl_;
+    std::shared_ptr<CancelLink> link_;
+  };
+
+  // On the io_context's thread (the caller's, inside Run).
+  void Abort(uint64_t call) {
+    if (call != calls_) return;
+    aborted_ = true;
+    if (tcp_ || tls_stream_) {
+      error_code ignored;
+      Lowest().socket().close(ignored);
+    }
+  }
+
   ClientOptions opts_;
   Status init_;
   bool tls_ = false;
@@ -326,6 +396,8 @@ class Client::Impl {
   std::unique_ptr<TlsStream> tls_stream_;
   beast::flat_buffer buffer_;
   bool connected_ = false;
+  uint64_t calls_ = 0;     // calls made so far: names the current one for Abort
+  bool aborted_ = false;   // the current call's signal closed the socket
 };
 
 Client::Client(std::string base_url, ClientOptions options)
@@ -334,14 +406,14 @@ Client::Client(std::string base_url, ClientOptions options)
 Client::~Client() = default;
 
 StatusOr<ClientResponse> Client::Send(std::string_view method, std::string_view target,
-                                      std::string_view body, const Headers& headers) {
-  return impl_->Send(method, target, body, headers);
+                                      std::string_view body, const Headers& headers, CancelSignal* cancel) {
+  return impl_->Send(method, target, body, headers, cancel);
 }
 
 Status Client::Stream(std::string_view method, std::string_view target, std::string_view body,
                       const Headers& headers, const std::function<bool(std::string_view)>& on_chunk,
-                      ClientResponse* head) {
-  return impl_->Stream(method, target, body, headers, on_chunk, head);
+                      ClientResponse* head, CancelSignal* cancel) {
+  return impl_->Stream(method, target, body, headers, on_chunk, head, cancel);
 }
 
 }  // namespace aicloud::http

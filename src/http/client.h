@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "http/cancel.h"
 #include "http/message.h"
 #include "http/sse.h"
 
@@ -47,7 +48,7 @@ struct ClientResponse {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
-// Thread-compatible: one thread at a time.
+// Thread-compatible: one thread at a time (a call's CancelSignal may be raised from any thread).
 class Client {
  public:
   // base_url: "http://127.0.0.1:8080" or "https://host:port", optionally with a path prefix that
@@ -59,16 +60,20 @@ class Client {
 
   // Sends one request and reads the whole response. A body without a Content-Type header is sent
   // as application/json. Errors: INVALID_ARGUMENT (URL, TLS files), UNAVAILABLE (connect, TLS
-  // handshake, connection lost), DEADLINE_EXCEEDED (timeout).
+  // handshake, connection lost), DEADLINE_EXCEEDED (timeout), CANCELLED (`cancel` was raised:
+  // the connection is closed at once, from whichever thread raised it, so the peer sees its
+  // client leave).
   StatusOr<ClientResponse> Send(std::string_view method, std::string_view target,
-                                std::string_view body = {}, const Headers& headers = {});
+                                std::string_view body = {}, const Headers& headers = {},
+                                CancelSignal* cancel = nullptr);
 
   // Streams the response body: on_chunk gets body bytes as they arrive; return false to stop
   // (which closes the connection). Returns the status line/headers via *head (may be null),
-  // filled before the first on_chunk call. UNAVAILABLE if the connection fails.
+  // filled before the first on_chunk call. UNAVAILABLE if the connection fails; CANCELLED as
+  // for Send, also between chunks.
   Status Stream(std::string_view method, std::string_view target, std::string_view body,
                 const Headers& headers, const std::function<bool(std::string_view)>& on_chunk,
-                ClientResponse* head = nullptr);
+                ClientResponse* head = nullptr, CancelSignal* cancel = nullptr);
 
  private:
   class Impl;

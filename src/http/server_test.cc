@@ -510,6 +510,81 @@ TEST(ServerTest, ClientThatGoesAwayRaisesClientGone) {
   EXPECT_TRUE(lowered_at_start.load());
 }
 
+// A blocking Client call given a CancelSignal ends with CANCELLED as soon as another thread
+// raises it, and closes its connection, so the server sees its client leave; the client is then
+// usable again, and a signal raised after its call ended touches nothing.
+TEST(ClientTest, ACancelSignalEndsTheCallAndClosesItsConnection) {
+  std::atomic<int> gone_seen{0}, slow_started{0};
+  Router router = EchoRouter();
+  router.Add("GET", "/slow", [&](Request& req) {
+    ++slow_started;
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (std::chrono::steady_clock::now() < until) {
+      if (req.client_gone->cancelled()) {
+        ++gone_seen;
+        return Response::Text(200, "nobody reads this");
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return Response::Text(200, "done");
+  });
+  ServerOptions o;
+  o.client_check_interval = 50ms;
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); }, o);
+  ASSERT_TRUE(server);
+  Client client(Url(*server));
+
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "Stream" : "Send");
+    const int gone_before = gone_seen.load();
+    CancelSignal cancel;
+    std::thread raiser([&] {
+      std::this_thread::sleep_for(200ms);
+      cancel.Cancel();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    Status st;
+    if (stream) {
+      int chunks = 0;
+      st = client.Stream("GET", "/slow", {}, {}, [&](std::string_view) { return ++chunks, true; }, nullptr, &cancel);
+      EXPECT_EQ(chunks, 0);
+    } else {
+      st = client.Send("GET", "/slow", {}, {}, &cancel).status();
+    }
+    raiser.join();
+    EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.ToString();
+    EXPECT_NE(st.message().find("/slow: cancelled"), std::string::npos) << st.ToString();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);  // not the handler's 5 s
+    while (gone_seen == gone_before && std::chrono::steady_clock::now() - start < 4s) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(gone_seen.load(), gone_before + 1);  // the server saw the connection close
+
+    StatusOr<ClientResponse> again = client.Send("GET", "/ping");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->body, "pong");
+  }
+
+  // Raised before the call: nothing is sent.
+  CancelSignal raised;
+  raised.Cancel();
+  const int started = slow_started.load();
+  EXPECT_EQ(client.Send("GET", "/slow", {}, {}, &raised).status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(client.Stream("GET", "/slow", {}, {}, [](std::string_view) { return true; }, nullptr, &raised).code(),
+            StatusCode::kCancelled);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(slow_started.load(), started);
+
+  // Raised after its call ended: the next calls keep the same kept-alive connection.
+  CancelSignal late;
+  StatusOr<ClientResponse> first = client.Send("GET", "/remote", {}, {}, &late);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  late.Cancel();
+  for (int i = 0; i < 2; ++i) {
+    StatusOr<ClientResponse> next = client.Send("GET", "/remote");
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    EXPECT_EQ(next->body, first->body);  // same client address: the same connection
+  }
+}
+
 // A request's signal is its own: what an earlier request on the same connection kept of its
 // signal (a callback, the pointer) does not fire when a later request's client goes away.
 TEST(ServerTest, ClientGoneBelongsToOneRequest) {
