@@ -43,6 +43,7 @@ struct AutoscaleOptions : CommonOptions {
   double provision_delay = 180;
   int warm_pool = 2;
   double cold_start = 30;
+  double tick = 5;
   int min_replicas = 1;
   int max_replicas = 200;
   int static_replicas = 0;
@@ -91,6 +92,7 @@ int RunAutoscale(const AutoscaleOptions& o) {
   base.router = o.router;
   if (o.speedup > 0) base.model.speedup = o.speedup;
   base.model.cold_start_s = o.cold_start;
+  base.tick_s = o.tick;
   base.slo.ttft_p99_ms = o.ttft_slo_ms;
   base.provision_delay_s = o.provision_delay;
   base.warm_pool = o.warm_pool;
@@ -210,6 +212,9 @@ void AddSimulateServing(CLI::App& simulate, int* exit_code) {
   as->add_option("--warm-pool", a->warm_pool, "Nodes kept provisioned and idle")->check(CLI::Range(0, 1000))->capture_default_str();
   as->add_option("--cold-start", a->cold_start, "Seconds a replica takes to load on a ready node")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  as->add_option("--tick", a->tick, "ours: seconds between scaling decisions")
+      ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   as->add_option("--min-replicas", a->min_replicas)->check(CLI::Range(0, 10000))->capture_default_str();
   as->add_option("--max-replicas", a->max_replicas)->check(CLI::Range(1, 10000))->capture_default_str();

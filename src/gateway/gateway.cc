@@ -929,8 +929,12 @@ http::Response Gateway::Streaming(Call& call, const Route& route) {
         std::lock_guard<std::mutex> lock(pipe->mu);
         pipe->consumer_gone = true;  // unblocks the pump if it waits for room
         pipe->cv.notify_all();
-        answered = pipe->upstream_status.ok();
-        if (!pipe->upstream_status.ok() && call->rec.error.empty()) call->rec.error = pipe->upstream_status.message();
+        // CANCELLED: the client left and its signal ended the upstream call, as a client that
+        // leaves between events ends it through the pump; either way the stream was answered.
+        const bool cancelled = pipe->upstream_status.code() == StatusCode::kCancelled;
+        if (cancelled) client_gone = true;
+        answered = pipe->upstream_status.ok() || cancelled;
+        if (!answered && call->rec.error.empty()) call->rec.error = pipe->upstream_status.message();
       }
       if (client_gone && call->rec.error.empty()) call->rec.error = "client disconnected";
       gw->Settle(*call, *route, answered || chunks > 0, usage, chunks);

@@ -30,6 +30,7 @@ struct FakeEngineOptions {
   int stream_chunks = 3;
   milliseconds chunk_gap{0};
   milliseconds unary_delay{0};  // before a unary answer
+  milliseconds stream_delay{0};  // before a stream's head (a long prefill)
   int unary_status = 200;       // else a unary answer is this error
 };
 
@@ -67,6 +68,7 @@ class FakeEngine {
   std::atomic<int> chunks_sent{0};
   std::atomic<bool> cancelled{false};
   std::atomic<bool> unary_cancelled{false};  // a unary call's client went away during unary_delay
+  std::atomic<bool> head_cancelled{false};   // a stream's client went away during stream_delay
   std::atomic<bool> stream_done{false};
   std::atomic<int64_t> stream_done_us{0};
 
@@ -108,6 +110,13 @@ class FakeEngine {
       return http::Response::Json(200, {{"id", "x"}, {"object", "chat.completion"}, {"model", b["model"]},
                                         {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", "hi"}}}}}},
                                         {"usage", usage}});
+    }
+    for (const auto until = std::chrono::steady_clock::now() + o_.stream_delay; std::chrono::steady_clock::now() < until;) {
+      if (r.client_gone && r.client_gone->cancelled()) {
+        head_cancelled = true;
+        return http::Response::Text(200, "unread");
+      }
+      std::this_thread::sleep_for(milliseconds(10));
     }
     const bool include_usage = b.contains("stream_options") && b["stream_options"].value("include_usage", false);
     http::Response resp;
@@ -892,6 +901,34 @@ TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
     ASSERT_TRUE(m.ok());
     EXPECT_NE(m->body.find("aicloud_gateway_client_gone_total{deployment=\"m\"} 1"), std::string::npos) << m->body;
   }
+}
+
+// A streamed call whose client leaves before the first event (the engine still prefilling): the
+// client's signal ends the pump's upstream call, the engine sees it, and the record is a 499.
+TEST(Gateway, StreamClientThatLeavesBeforeTheFirstEventCancelsTheUpstream) {
+  FakeEngine e({.stream_delay = milliseconds(8000)});
+  GatewayOptions o;
+  o.scrape_period = milliseconds(0);
+  Harness h(o);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+  h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
+  const auto start = std::chrono::steady_clock::now();
+  int fd = http::testing::ConnectLoopback(h.server->port());
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(http::testing::WriteAll(
+      fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("m", "hi", 50, true).dump(),
+                                  "Authorization: Bearer k\r\n")));
+  for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_EQ(e.requests.load(), 1);
+  ::close(fd);
+  for (int i = 0; i < 600 && !e.head_cancelled.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_TRUE(e.head_cancelled.load());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));  // not the 8 s prefill
+  ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
+  const UsageRecord rec = h.sink.records()[0];
+  EXPECT_EQ(rec.status, 499);
+  EXPECT_EQ(rec.error, "client disconnected");
+  EXPECT_EQ(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);
 }
 
 // A request held for a replica (scale from zero) whose client leaves stops holding: its slot in

@@ -132,6 +132,7 @@ Status Replay::MakePolicy() {
     oc.target_utilization = c_.target_utilization;
     oc.arrival_curve = c_.arrival_curve;
     oc.lead_s = c_.provision_delay_s + c_.model.cold_start_s;
+    oc.tick_s = c_.tick_s;
     oc.forecast.period_s = c_.period_s;
     oc.forecast.bin_s = c_.period_s >= 86400 ? 300 : 60;
     auto ours = std::make_unique<fleet::SloAutoscaler>(oc);
@@ -483,6 +484,7 @@ StatusOr<ServingRun> RunServing(const ServingTrace& trace, const ServingConfig& 
                                   "' (known: hpa, kpa, aibrix, ours, static)");
     }
   }
+  if (!(config.tick_s > 0)) return InvalidArgumentError("tick must be positive seconds, not " + std::to_string(config.tick_s));
   Replay replay(trace, config);
   return replay.Run();
 }

@@ -54,6 +54,7 @@ struct ServingConfig {
   bool predictive = true;            // "ours": use the forecaster
   double target_utilization = 0.7;   // "ours": share of replica capacity the sizing plans to use
   bool arrival_curve = true;         // "ours": size for the arrival curve at the SLO's timescale
+  double tick_s = 5;                 // "ours": seconds between decisions
   uint64_t seed = 42;
   double metrics_window_s = 30;      // replicas' TTFT/TPOT/tokens windows in the snapshot
   double sample_every_s = 10;

@@ -219,6 +219,41 @@ TEST(ServingSimTest, BadConfig) {
   c.router = "random";
   EXPECT_EQ(RunServing(t, c).status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(RunServing(ServingTrace{}, ServingConfig{}).ok());
+  c = ServingConfig{};
+  c.tick_s = 0;
+  EXPECT_EQ(RunServing(t, c).status().code(), StatusCode::kInvalidArgument);
+}
+
+// "ours" decides every tick_s: with replicas that are ready the moment they are asked for, a
+// shorter tick grows the fleet sooner after a step in load.
+TEST(ServingSimTest, OursDecidesEveryTick) {
+  ServingTrace t;
+  t.name = "step";
+  for (double s = 0; s < 1200; s += (s >= 600) ? 1.0 / 12 : 0.5) t.requests.push_back({s, 600, 60, {}});
+  auto first_rise = [&](double tick_s) {
+    ServingConfig c;
+    c.policy = "ours";
+    c.slo.ttft_p99_ms = 2000;
+    c.tick_s = tick_s;
+    c.provision_delay_s = 0;
+    c.warm_pool = 0;
+    c.model.cold_start_s = 0;
+    c.sample_every_s = 1;
+    StatusOr<ServingRun> run = RunServing(t, c);
+    EXPECT_TRUE(run.ok()) << run.status();
+    if (!run.ok()) return -1.0;
+    int before = 0;
+    for (const TimelinePoint& p : run->timeline) {
+      if (p.t_s < 600) before = std::max(before, p.gpus);
+      if (p.t_s >= 600 && p.gpus > before) return p.t_s;
+    }
+    return -1.0;
+  };
+  const double fast = first_rise(1), slow = first_rise(60);
+  ASSERT_GT(fast, 0);
+  ASSERT_GT(slow, 0);
+  EXPECT_LT(fast, slow);
+  EXPECT_LE(fast, 600 + 5);  // within a few of its 1 s ticks (the 30 s load window still sees it)
 }
 
 TEST(ServingSimTest, PrefixRoutingRaisesHitsOverRoundRobin) {
