@@ -1,7 +1,7 @@
 # aicloud_allocator: the malloc of the executables that serve requests (aicloud and
 # bench/gateway_bench). jemalloc by default: the request path allocates small, short-lived
 # objects on one thread and frees some on another (usage records, answers), which glibc's
-# allocator serves with ~7% more instructions per proxied request (bench/RESULTS.md 8.11).
+# allocator serves with ~8% more instructions per proxied request (bench/RESULTS.md 8.11).
 # Libraries and unit tests keep the system allocator; so does a sanitizer build, whose runtime
 # replaces malloc itself.
 set(AICLOUD_ALLOCATOR "jemalloc" CACHE STRING "malloc of the aicloud executables: jemalloc or system")

@@ -659,7 +659,9 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
     r->in_flight.fetch_sub(1, std::memory_order_relaxed);
     a.replica_id = replica_id;
     a.replica = r;
-    if (head.status != 0) {  // answered (maybe cut short later: then st is not OK)
+    // Answered (maybe cut short later: then st is not OK), unless the client left before the
+    // first body byte: then nothing was passed on and the call ends as the client's leaving.
+    if (head.status != 0 && !(st.code() == StatusCode::kCancelled && !head_seen)) {
       if (!head_seen && on_head) on_head(head, replica_id);
       a.answered = true;
       a.head = std::move(head);

@@ -30,7 +30,8 @@ struct FakeEngineOptions {
   int stream_chunks = 3;
   milliseconds chunk_gap{0};
   milliseconds unary_delay{0};  // before a unary answer
-  milliseconds stream_delay{0};  // before a stream's head (a long prefill)
+  milliseconds stream_delay{0};       // before a stream's head (a long prefill)
+  milliseconds first_event_delay{0};  // after a stream's head, before its first event
   int unary_status = 200;       // else a unary answer is this error
 };
 
@@ -69,6 +70,7 @@ class FakeEngine {
   std::atomic<bool> cancelled{false};
   std::atomic<bool> unary_cancelled{false};  // a unary call's client went away during unary_delay
   std::atomic<bool> head_cancelled{false};   // a stream's client went away during stream_delay
+  std::atomic<bool> first_event_cancelled{false};  // ... or during first_event_delay
   std::atomic<bool> stream_done{false};
   std::atomic<int64_t> stream_done_us{0};
 
@@ -122,6 +124,14 @@ class FakeEngine {
     http::Response resp;
     resp.content_type = "text/event-stream";
     resp.stream = [this, include_usage, usage](http::StreamWriter& w) {
+      for (const auto until = std::chrono::steady_clock::now() + o_.first_event_delay;
+           std::chrono::steady_clock::now() < until;) {
+        if (w.closed()) {
+          first_event_cancelled = true;
+          return;
+        }
+        std::this_thread::sleep_for(milliseconds(10));
+      }
       for (int i = 0; i < o_.stream_chunks; ++i) {
         json c = {{"object", "chat.completion.chunk"}, {"choices", {{{"index", 0}, {"delta", {{"content", "t" + std::to_string(i)}}}}}}};
         if (!w.Write("data: " + c.dump() + "\n\n")) {
@@ -903,32 +913,41 @@ TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
   }
 }
 
-// A streamed call whose client leaves before the first event (the engine still prefilling): the
-// client's signal ends the pump's upstream call, the engine sees it, and the record is a 499.
+// A streamed call whose client leaves before the first event (the engine still prefilling, its
+// answer's head not sent yet or sent already): the client's signal ends the pump's upstream call,
+// the engine sees it, and the record is a 499.
 TEST(Gateway, StreamClientThatLeavesBeforeTheFirstEventCancelsTheUpstream) {
-  FakeEngine e({.stream_delay = milliseconds(8000)});
-  GatewayOptions o;
-  o.scrape_period = milliseconds(0);
-  Harness h(o);
-  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
-  h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
-  const auto start = std::chrono::steady_clock::now();
-  int fd = http::testing::ConnectLoopback(h.server->port());
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(http::testing::WriteAll(
-      fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("m", "hi", 50, true).dump(),
-                                  "Authorization: Bearer k\r\n")));
-  for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_EQ(e.requests.load(), 1);
-  ::close(fd);
-  for (int i = 0; i < 600 && !e.head_cancelled.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
-  EXPECT_TRUE(e.head_cancelled.load());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));  // not the 8 s prefill
-  ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
-  const UsageRecord rec = h.sink.records()[0];
-  EXPECT_EQ(rec.status, 499);
-  EXPECT_EQ(rec.error, "client disconnected");
-  EXPECT_EQ(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);
+  for (const bool head_sent : {false, true}) {
+    SCOPED_TRACE(head_sent ? "head sent" : "no head yet");
+    FakeEngine e(head_sent ? FakeEngineOptions{.first_event_delay = milliseconds(8000)}
+                           : FakeEngineOptions{.stream_delay = milliseconds(8000)});
+    const std::atomic<bool>& engine_saw_it = head_sent ? e.first_event_cancelled : e.head_cancelled;
+    GatewayOptions o;
+    o.scrape_period = milliseconds(0);
+    Harness h(o);
+    ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+    h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
+    const auto start = std::chrono::steady_clock::now();
+    int fd = http::testing::ConnectLoopback(h.server->port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(http::testing::WriteAll(
+        fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("m", "hi", 50, true).dump(),
+                                    "Authorization: Bearer k\r\n")));
+    for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+    ASSERT_EQ(e.requests.load(), 1);
+    ::close(fd);
+    for (int i = 0; i < 600 && !engine_saw_it.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
+    EXPECT_TRUE(engine_saw_it.load());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));  // not the 8 s prefill
+    ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
+    const UsageRecord rec = h.sink.records()[0];
+    EXPECT_EQ(rec.status, 499);
+    EXPECT_EQ(rec.error, "client disconnected");
+    EXPECT_EQ(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);
+    StatusOr<http::ClientResponse> m = http::Client(h.base).Send("GET", "/metrics");
+    ASSERT_TRUE(m.ok());
+    EXPECT_NE(m->body.find("aicloud_gateway_client_gone_total{deployment=\"m\"} 1"), std::string::npos) << m->body;
+  }
 }
 
 // A request held for a replica (scale from zero) whose client leaves stops holding: its slot in

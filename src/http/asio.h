@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <string_view>
 
@@ -28,6 +27,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+
+#include "http/header_map.h"
 
 namespace aicloud::http {
 
@@ -59,9 +60,6 @@ class EventLoop : public asio::io_context {
 inline std::string_view Sv(beast::string_view s) { return {s.data(), s.size()}; }
 inline beast::string_view Bv(std::string_view s) { return {s.data(), s.size()}; }
 
-// A response's headers, names lower-cased, repeated fields joined with ", " (what
-// ClientResponse and AsyncResult carry).
-// Adds one field to such a map: the name lower-cased, a repeated field joined with ", ".
 // Beast's parser writing a message's headers (HeaderMap::Add) and body straight into our own types,
 // with no Beast fields container in between: what RequestReader (server) and ResponseReader
 // (async client) share. Each adds its start line and any field it looks at.
@@ -73,8 +71,8 @@ class ParserInto : public bhttp::basic_parser<isRequest> {
   ParserInto(HeaderMap& headers, std::string& body, size_t reserve_cap)
       : headers_(headers), body_(body), reserve_cap_(reserve_cap) {}
 
-  void on_field_impl(bhttp::field, beast::string_view name, beast::string_view value, error_code&) override {
-    headers_.Add(Sv(name), Sv(value));
+  void on_field_impl(bhttp::field, beast::string_view name, beast::string_view value, error_code& ec) override {
+    if (!headers_.Add(Sv(name), Sv(value))) ec = bhttp::error::header_limit;  // over kMaxFields
   }
 
  private:
@@ -98,6 +96,13 @@ class ParserInto : public bhttp::basic_parser<isRequest> {
   const size_t reserve_cap_;
 };
 
+// More fields than a HeaderMap takes: such a message is answered as a header over its limit.
+inline bool TooManyFields(const bhttp::fields& f) {
+  return static_cast<size_t>(std::distance(f.begin(), f.end())) > HeaderMap::kMaxFields;
+}
+
+// A Beast message's headers (REQUIRES: !TooManyFields), names lower-cased, repeated fields joined
+// with ", ".
 inline HeaderMap HeadersOf(const bhttp::fields& res) {
   HeaderMap out;
   for (const auto& field : res) out.Add(Sv(field.name_string()), Sv(field.value()));

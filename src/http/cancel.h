@@ -1,7 +1,7 @@
 // CancelSignal: a one-shot, thread-safe "stop" that work can poll or subscribe to. The server
 // raises one when the client of a request that is still being answered goes away (its
-// connection closed or reset), so a handler can stop work nobody will read; an AsyncClient call
-// given one ends as soon as it is raised.
+// connection closed or reset), so a handler can stop work nobody will read; an AsyncClient call,
+// or a blocking Client call, given one ends as soon as it is raised.
 //
 //   if (req.client_gone) req.client_gone->OnCancel([call] { call->Abandon(); });
 //   while (!done) { if (req.client_gone && req.client_gone->cancelled()) return Abort(); ... }

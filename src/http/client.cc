@@ -65,6 +65,7 @@ class Client::Impl {
       }
       ClientResponse out;
       auto& res = parser.get();
+      if (TooManyFields(res)) return TooManyFieldsError(method, target);
       out.status = static_cast<int>(res.result_int());
       out.headers = HeadersOf(res);
       bool keep_alive = res.keep_alive();
@@ -104,6 +105,7 @@ class Client::Impl {
     }
 
     auto& res = parser->get();
+    if (TooManyFields(res)) return TooManyFieldsError(method, target);
     ClientResponse head_local;
     head_local.status = static_cast<int>(res.result_int());
     head_local.headers = HeadersOf(res);
@@ -304,6 +306,12 @@ class Client::Impl {
 
   Status Cancelled(std::string_view method, std::string_view target) const {
     return Status(StatusCode::kCancelled, What(method, target) + ": cancelled");
+  }
+
+  Status TooManyFieldsError(std::string_view method, std::string_view target) {
+    Close();
+    return UnavailableError(What(method, target) + ": the answer has more than " +
+                            std::to_string(HeaderMap::kMaxFields) + " header fields");
   }
 
   Status ErrorFor(const error_code& ec, std::string_view method, std::string_view target) const {

@@ -18,7 +18,6 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -60,9 +59,12 @@ class Client {
 
   // Sends one request and reads the whole response. A body without a Content-Type header is sent
   // as application/json. Errors: INVALID_ARGUMENT (URL, TLS files), UNAVAILABLE (connect, TLS
-  // handshake, connection lost), DEADLINE_EXCEEDED (timeout), CANCELLED (`cancel` was raised:
-  // the connection is closed at once, from whichever thread raised it, so the peer sees its
-  // client leave).
+  // handshake, connection lost, an answer with more than HeaderMap::kMaxFields fields),
+  // DEADLINE_EXCEEDED (timeout), CANCELLED (`cancel` was raised, from any thread: the call's
+  // thread closes the connection as soon as it next waits on it — at once while it waits on the
+  // network, after on_chunk returns while that runs — so the peer sees its client leave). One
+  // signal per request: each call given one leaves a small callback in it until it is raised or
+  // Reset.
   StatusOr<ClientResponse> Send(std::string_view method, std::string_view target,
                                 std::string_view body = {}, const Headers& headers = {},
                                 CancelSignal* cancel = nullptr);

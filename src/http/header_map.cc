@@ -50,7 +50,7 @@ HeaderMap::value_type& HeaderMap::Spare() {
   return f;
 }
 
-void HeaderMap::Add(std::string_view name, std::string_view value) {
+bool HeaderMap::Add(std::string_view name, std::string_view value) {
   // The lower-cased name is built in the spare field, so a new field costs no temporary.
   value_type& spare = Spare();
   spare.first.assign(name);
@@ -58,11 +58,13 @@ void HeaderMap::Add(std::string_view name, std::string_view value) {
   for (size_t i = 0; i < size_; ++i) {
     if (fields_[i].first == spare.first) {
       fields_[i].second.append(", ").append(value);
-      return;
+      return true;
     }
   }
+  if (size_ >= kMaxFields) return false;
   spare.second.assign(value);
   ++size_;
+  return true;
 }
 
 HeaderMap::const_iterator HeaderMap::find(std::string_view lower_name) const {

@@ -40,8 +40,10 @@ class HeaderMap {
   HeaderMap& operator=(HeaderMap&& other) noexcept;
 
   // A field as it arrived: the name is lower-cased; a name already present gets ", " and the
-  // value appended.
-  void Add(std::string_view name, std::string_view value);
+  // value appended. false, and nothing stored, when `name` is new and the map already holds
+  // kMaxFields fields: readers answer such a message as a header over its limit. (A search in
+  // order makes n fields cost n^2/2 comparisons; the cap keeps that small.)
+  bool Add(std::string_view name, std::string_view value);
 
   // REQUIRES: lower_name is lower-case (names are stored so).
   const_iterator find(std::string_view lower_name) const;
@@ -68,6 +70,7 @@ class HeaderMap {
   // Same fields with the same values, in any order.
   friend bool operator==(const HeaderMap& a, const HeaderMap& b);
 
+  static constexpr size_t kMaxFields = 256;
   static constexpr size_t kKeptFields = 32;
   static constexpr size_t kKeptBytes = 4096;
 

@@ -58,11 +58,22 @@ TEST(HeaderMapTest, ClearKeepsStorageForTheNextMessageButNotALargeOne) {
   EXPECT_EQ(h.Get("authorization"), std::string(90, 'w'));
   EXPECT_FALSE(h.contains("host"));  // a spare is not a field
 
-  // More than kKeptBytes is given back.
+  // More than kKeptBytes is given back: the next value gets fresh storage of its own size.
+  EXPECT_GE(h.begin()->second.capacity(), 100u);
   h.Add("X-Big", std::string(HeaderMap::kKeptBytes, 'b'));
   h.clear();
   h.Add("Authorization", std::string(90, 'w'));
-  EXPECT_NE(h.begin()->second.data(), storage);
+  EXPECT_LT(h.begin()->second.capacity(), 100u);
+}
+
+TEST(HeaderMapTest, AddRefusesANewNameBeyondMaxFields) {
+  HeaderMap h;
+  for (size_t i = 0; i < HeaderMap::kMaxFields; ++i) ASSERT_TRUE(h.Add("x-" + std::to_string(i), "v"));
+  EXPECT_FALSE(h.Add("x-one-more", "v"));
+  EXPECT_EQ(h.size(), HeaderMap::kMaxFields);
+  EXPECT_FALSE(h.contains("x-one-more"));
+  EXPECT_TRUE(h.Add("X-0", "w"));  // a repeat still joins
+  EXPECT_EQ(h.Get("x-0"), "v, w");
 }
 
 TEST(HeaderMapTest, CopiesAndMovesCarryOnlyTheFields) {

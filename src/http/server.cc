@@ -393,7 +393,8 @@ std::optional<Response> ReadErrorResponse(const error_code& ec, const ServerOpti
   }
   if (ec == bhttp::error::header_limit) {
     return Response::Error(431, "header_too_large",
-                           "request header exceeds " + std::to_string(opts.max_header_bytes) + " bytes");
+                           "request header exceeds " + std::to_string(opts.max_header_bytes) + " bytes or " +
+                               std::to_string(HeaderMap::kMaxFields) + " fields");
   }
   if (ec.category() == bhttp::make_error_code(bhttp::error::bad_method).category() &&
       ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
@@ -622,6 +623,7 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
         std::min<size_t>(opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
     low.expires_after(opts.idle_timeout);
     co_await bhttp::async_read_header(c->stream, c->buffer, parser, Redirect(ec));
+    if (!ec && TooManyFields(parser.get())) ec = bhttp::error::header_limit;
     if (!ec && !parser.is_done()) {
       ReserveForBody(c->buffer, parser);
       if (IEquals(Sv(parser.get()[bhttp::field::expect]), "100-continue")) {

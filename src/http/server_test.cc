@@ -174,6 +174,23 @@ TEST(ServerTest, HeaderOverLimitIs431) {
   EXPECT_EQ(r->status, 200);
 }
 
+// Many small fields within the byte limit: more than HeaderMap::kMaxFields is a 431 too.
+TEST(ServerTest, TooManyHeaderFieldsIs431) {
+  Router router = EchoRouter();
+  auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
+  ASSERT_TRUE(server);
+  std::string fields;
+  for (size_t i = 0; i <= HeaderMap::kMaxFields; ++i) fields += "x" + std::to_string(i) + ": 1\r\n";
+  const std::string answer = RawExchange(server->port(), "GET /ping HTTP/1.1\r\nHost: x\r\n" + fields + "\r\n");
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 431")) << answer.substr(0, 200);
+  EXPECT_NE(answer.find("256 fields"), std::string::npos) << answer;
+  // Up to the cap (with Host and Connection) is served.
+  fields.clear();
+  for (size_t i = 0; i + 2 < HeaderMap::kMaxFields; ++i) fields += "x" + std::to_string(i) + ": 1\r\n";
+  const std::string ok = RawExchange(server->port(), "GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + fields + "\r\n");
+  EXPECT_TRUE(ok.starts_with("HTTP/1.1 200")) << ok.substr(0, 200);
+}
+
 TEST(ServerTest, MalformedRequestIs400AndClosed) {
   Router router = EchoRouter();
   auto server = StartOrDie([&](Request& req) { return router.Dispatch(req); });
@@ -572,6 +589,16 @@ TEST(ClientTest, ACancelSignalEndsTheCallAndClosesItsConnection) {
             StatusCode::kCancelled);
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(slow_started.load(), started);
+
+  // Raised while the call's last bytes are being handed over, after its last read: the call
+  // stands, and the close it posted finds a later call and does nothing to it.
+  CancelSignal during;
+  Status streamed = client.Stream("GET", "/remote", {}, {}, [&](std::string_view) { return during.Cancel(), true; },
+                                  nullptr, &during);
+  EXPECT_TRUE(streamed.ok()) << streamed.ToString();
+  StatusOr<ClientResponse> after = client.Send("GET", "/ping");
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(after->body, "pong");
 
   // Raised after its call ended: the next calls keep the same kept-alive connection.
   CancelSignal late;
