@@ -17,7 +17,8 @@
 // Protocol: keep-alive unless the client or a handler's "Connection: close" header asks
 // otherwise; responses carry Content-Length, except streaming ones (Response::stream), which use
 // chunked encoding and close the connection when the stream returns. A body over max_body_bytes
-// gets 413, a header block over max_header_bytes 431, an unparsable request 400 (all JSON errors,
+// gets 413, a header block over max_header_bytes or with more than HeaderMap::kMaxFields (256)
+// fields 431, an unparsable request 400 (all JSON errors,
 // then the connection closes). A connection idle for idle_timeout is closed.
 #pragma once
 
@@ -40,7 +41,7 @@ struct ServerOptions {
   int io_threads = 1;
   int worker_threads = 4;  // blocking handlers run here; streams get their own thread each
   size_t max_body_bytes = 8 << 20;     // larger -> 413 JSON error, connection closed
-  size_t max_header_bytes = 64 << 10;  // -> 431
+  size_t max_header_bytes = 64 << 10;  // -> 431 (as are more than 256 fields)
   std::chrono::seconds idle_timeout{60};
   // How often connections whose request is still being answered are checked for a client that
   // went away (closed or reset); when one has, the request's client_gone signal is raised. A
