@@ -871,6 +871,25 @@ TEST(Gateway, ClientDisconnectCancelsTheUpstream) {
   EXPECT_EQ(h.sink.records()[0].error, "client disconnected");
 }
 
+// Sends a chat call for model "m" with key "k" on a raw connection to the gateway and waits (3 s
+// at most) until the engine has it. The connection's descriptor, or -1 (closed) if the call did
+// not arrive.
+int ChatReachingTheEngine(const Harness& h, const FakeEngine& e, bool stream) {
+  const int fd = http::testing::ConnectLoopback(h.server->port());
+  if (fd < 0) return -1;
+  const std::string chat = Harness::Chat("m", "hi", 50, stream).dump();
+  if (!http::testing::WriteAll(fd, http::testing::PostText("/v1/chat/completions", chat, "Authorization: Bearer k\r\n"))) {
+    ::close(fd);
+    return -1;
+  }
+  for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  if (e.requests.load() != 1) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // A unary call whose client leaves while the replica works on it: the gateway closes its
 // upstream call (the engine sees its client go and stops), charges the prompt, releases the rest
 // of the budget reservation and records a 499 "client disconnected". Default check intervals (1 s)
@@ -886,12 +905,8 @@ TEST(Gateway, UnaryClientDisconnectCancelsTheUpstream) {
     ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
     h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
     const auto start = std::chrono::steady_clock::now();
-    int fd = http::testing::ConnectLoopback(h.server->port());
+    const int fd = ChatReachingTheEngine(h, e, /*stream=*/false);
     ASSERT_GE(fd, 0);
-    ASSERT_TRUE(http::testing::WriteAll(
-        fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("m", "hi", 50).dump(), "Authorization: Bearer k\r\n")));
-    for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
-    ASSERT_EQ(e.requests.load(), 1);
     EXPECT_GT(h.gw->ledger().Usage("tenant t").reserved_tokens, 0);  // held while the replica works
     ::close(fd);
     for (int i = 0; i < 600 && !e.unary_cancelled.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
@@ -928,13 +943,8 @@ TEST(Gateway, StreamClientThatLeavesBeforeTheFirstEventCancelsTheUpstream) {
     ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
     h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 10'000}});
     const auto start = std::chrono::steady_clock::now();
-    int fd = http::testing::ConnectLoopback(h.server->port());
+    const int fd = ChatReachingTheEngine(h, e, /*stream=*/true);
     ASSERT_GE(fd, 0);
-    ASSERT_TRUE(http::testing::WriteAll(
-        fd, http::testing::PostText("/v1/chat/completions", Harness::Chat("m", "hi", 50, true).dump(),
-                                    "Authorization: Bearer k\r\n")));
-    for (int i = 0; i < 300 && e.requests.load() == 0; ++i) std::this_thread::sleep_for(milliseconds(10));
-    ASSERT_EQ(e.requests.load(), 1);
     ::close(fd);
     for (int i = 0; i < 600 && !engine_saw_it.load(); ++i) std::this_thread::sleep_for(milliseconds(10));
     EXPECT_TRUE(engine_saw_it.load());
