@@ -520,6 +520,21 @@ TEST(AsyncClientTest, ClosedUpstreamConnectionBeforeAndAfterTheHead) {
   EXPECT_EQ(cut["idle"], 0);
 }
 
+// An answer with more header fields than HeaderMap::kMaxFields is an error for both clients.
+TEST(AsyncClientTest, AnAnswerWithTooManyHeaderFieldsFails) {
+  std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n";
+  for (size_t i = 0; i < HeaderMap::kMaxFields; ++i) head += "x" + std::to_string(i) + ": 1\r\n";
+  RawUpstream many(head + "\r\n{}");
+  Proxy proxy([&] { return many.host_port(); }, {});
+  json got = proxy.Get("/x");
+  EXPECT_EQ(got["code"], "UNAVAILABLE") << got;
+  EXPECT_EQ(got["idle"], 0);  // the connection is not kept
+
+  StatusOr<ClientResponse> blocking = Client("http://" + many.host_port()).Send("GET", "/x");
+  EXPECT_EQ(blocking.status().code(), StatusCode::kUnavailable) << blocking.status();
+  EXPECT_NE(blocking.status().message().find("more than 256 header fields"), std::string::npos) << blocking.status();
+}
+
 // A keep-alive exchange for RawUpstream: on each request of the connection it plays the next
 // script (pieces of bytes, each after a delay), then waits for the client to close.
 using Script = std::vector<std::pair<std::chrono::milliseconds, std::string>>;
