@@ -1,6 +1,7 @@
 #include "gateway/request.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <optional>
 #include <simdjson.h>
@@ -103,6 +104,22 @@ std::optional<dom::element> Member(dom::object o, std::string_view key) {
   return v;
 }
 
+// The values of the members named in `keys`, read in one pass over `o`: slot i holds the LAST
+// member named keys[i], as Member would find it.
+template <size_t N>
+std::array<std::optional<dom::element>, N> Members(dom::object o, const std::array<std::string_view, N>& keys) {
+  std::array<std::optional<dom::element>, N> out;
+  for (dom::key_value_pair kv : o) {
+    for (size_t i = 0; i < N; ++i) {
+      if (kv.key.size() == keys[i].size() && kv.key == keys[i]) {
+        out[i] = kv.value;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 bool IsNull(const std::optional<dom::element>& v) { return !v || v->is_null(); }
 
 // A signed integer, as the field's type allows it (an unsigned one above INT64_MAX is not).
@@ -127,8 +144,7 @@ void AppendContent(dom::element content, RequestInfo* info) {
 }
 
 // Bytes of a field a chat template renders into the prompt as JSON (tools, a tool call...).
-int64_t JsonBytes(dom::object o, std::string_view field) {
-  std::optional<dom::element> v = Member(o, field);
+int64_t JsonBytes(const std::optional<dom::element>& v) {
   return IsNull(v) ? 0 : static_cast<int64_t>(simdjson::minify(*v).size());
 }
 
@@ -148,16 +164,29 @@ void AppendPrompt(dom::element p, RequestInfo* info) {
   }
 }
 
+// The members RequestInfoOf reads, in the order of kBodyKeys.
+enum BodyKey : size_t {
+  kModel, kStream, kStreamOptions, kMaxCompletionTokens, kMaxTokens, kN, kMessages, kTools, kFunctions,
+  kToolChoice, kResponseFormat, kPrompt, kInput, kBodyKeyCount
+};
+constexpr std::array<std::string_view, kBodyKeyCount> kBodyKeys = {
+    "model", "stream", "stream_options", "max_completion_tokens", "max_tokens", "n", "messages", "tools",
+    "functions", "tool_choice", "response_format", "prompt", "input"};
+enum MessageKey : size_t { kRole, kContent, kToolCalls, kFunctionCall, kName, kMessageKeyCount };
+constexpr std::array<std::string_view, kMessageKeyCount> kMessageKeys = {"role", "content", "tool_calls",
+                                                                         "function_call", "name"};
+
 StatusOr<RequestInfo> RequestInfoOf(dom::object body, Endpoint endpoint) {
   RequestInfo info;
-  std::optional<dom::element> m = Member(body, "model");
+  const std::array<std::optional<dom::element>, kBodyKeyCount> field = Members(body, kBodyKeys);
+  const std::optional<dom::element>& m = field[kModel];
   if (!m || !m->is_string() || std::string_view(*m).empty()) return InvalidArgumentError("model: required, a string");
   info.model = std::string(std::string_view(*m));
-  if (std::optional<dom::element> s = Member(body, "stream"); !IsNull(s)) {
+  if (const std::optional<dom::element>& s = field[kStream]; !IsNull(s)) {
     if (!s->is_bool()) return InvalidArgumentError("stream: must be a boolean");
     info.stream = bool(*s);
   }
-  if (std::optional<dom::element> so = Member(body, "stream_options"); !IsNull(so)) {
+  if (const std::optional<dom::element>& so = field[kStreamOptions]; !IsNull(so)) {
     if (!so->is_object()) return InvalidArgumentError("stream_options: must be an object");
     std::optional<dom::element> iu = Member(dom::object(*so), "include_usage");
     if (!IsNull(iu)) {
@@ -165,46 +194,44 @@ StatusOr<RequestInfo> RequestInfoOf(dom::object body, Endpoint endpoint) {
       info.include_usage = bool(*iu);
     }
   }
-  for (const char* field : {"max_completion_tokens", "max_tokens"}) {
-    std::optional<dom::element> t = Member(body, field);
+  for (BodyKey key : {kMaxCompletionTokens, kMaxTokens}) {
+    const std::optional<dom::element>& t = field[key];
     if (IsNull(t)) continue;
     // Bounded so that prompt + max_tokens * n (a budget reservation) cannot overflow.
     std::optional<int64_t> v = Integer(*t);
     if (!v || *v < 0 || *v > kMaxTokensBound) {
-      return InvalidArgumentError(std::string(field) + ": must be an integer from 0 to " + std::to_string(kMaxTokensBound));
+      return InvalidArgumentError(std::string(kBodyKeys[key]) + ": must be an integer from 0 to " + std::to_string(kMaxTokensBound));
     }
     info.max_tokens = *v;
     break;
   }
-  if (std::optional<dom::element> n = Member(body, "n"); !IsNull(n)) {
+  if (const std::optional<dom::element>& n = field[kN]; !IsNull(n)) {
     std::optional<int64_t> v = Integer(*n);
     if (!v || *v < 1 || *v > 128) return InvalidArgumentError("n: must be an integer from 1 to 128");
     info.n = *v;
   }
   switch (endpoint) {
     case Endpoint::kChat: {
-      std::optional<dom::element> msgs = Member(body, "messages");
+      const std::optional<dom::element>& msgs = field[kMessages];
       if (!msgs || !msgs->is_array()) return InvalidArgumentError("messages: required, a list");
       for (dom::element msg : dom::array(*msgs)) {
         if (!msg.is_object()) return InvalidArgumentError("messages: each message must be an object");
-        const dom::object mo(msg);
+        const std::array<std::optional<dom::element>, kMessageKeyCount> part = Members(dom::object(msg), kMessageKeys);
         ++info.messages;
-        if (std::optional<dom::element> r = Member(mo, "role"); r && r->is_string()) info.prompt_text.append(std::string_view(*r));
+        if (const std::optional<dom::element>& r = part[kRole]; r && r->is_string()) info.prompt_text.append(std::string_view(*r));
         info.prompt_text.push_back('\n');
-        if (std::optional<dom::element> c = Member(mo, "content")) AppendContent(*c, &info);
+        if (part[kContent]) AppendContent(*part[kContent], &info);
         info.prompt_text.push_back('\n');
-        info.extra_prompt_tokens += JsonBytes(mo, "tool_calls") + JsonBytes(mo, "function_call") + JsonBytes(mo, "name");
+        info.extra_prompt_tokens += JsonBytes(part[kToolCalls]) + JsonBytes(part[kFunctionCall]) + JsonBytes(part[kName]);
       }
-      for (const char* field : {"tools", "functions", "tool_choice", "response_format"}) {
-        info.extra_prompt_tokens += JsonBytes(body, field);
-      }
+      for (BodyKey key : {kTools, kFunctions, kToolChoice, kResponseFormat}) info.extra_prompt_tokens += JsonBytes(field[key]);
       break;
     }
     case Endpoint::kCompletions:
-      if (std::optional<dom::element> p = Member(body, "prompt")) AppendPrompt(*p, &info);
+      if (field[kPrompt]) AppendPrompt(*field[kPrompt], &info);
       break;
     case Endpoint::kEmbeddings:
-      if (std::optional<dom::element> p = Member(body, "input")) AppendPrompt(*p, &info);
+      if (field[kInput]) AppendPrompt(*field[kInput], &info);
       info.max_tokens = 0;
       break;
   }
@@ -240,11 +267,12 @@ std::optional<TokenUsage> ReadUsage(std::string_view body, bool retried) {
     if (!u || !u->is_object()) return std::nullopt;
     // UsageOf's rules: a count that is not an integer counts 0, a negative one too (and an
     // unsigned one above INT64_MAX, which UsageOf's conversion makes negative).
-    auto count = [&](std::string_view key) -> int64_t {
-      std::optional<dom::element> v = Member(dom::object(*u), key);
-      return v && v->is_int64() ? std::max<int64_t>(0, int64_t(*v)) : 0;
+    constexpr std::array<std::string_view, 2> kCounts = {"prompt_tokens", "completion_tokens"};
+    const std::array<std::optional<dom::element>, 2> v = Members(dom::object(*u), kCounts);
+    auto count = [](const std::optional<dom::element>& c) -> int64_t {
+      return c && c->is_int64() ? std::max<int64_t>(0, int64_t(*c)) : 0;
     };
-    return TokenUsage{count("prompt_tokens"), count("completion_tokens")};
+    return TokenUsage{count(v[0]), count(v[1])};
   });
 }
 
