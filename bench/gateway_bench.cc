@@ -9,11 +9,15 @@
 //   gateway_bench --rate 5000 --seconds 5 --rounds 4 [--connections 64] [--json out.json]
 //                 [--worker-path] [--stub-workers] [--proxy-threads N] [--only TARGET]
 //                 [--pin LOADGEN,STUB,PROXY] [--usage log|null] [--prompt-bytes N]
+//                 [--stub-usage header|body]
 //
 // --worker-path adds a fourth target, "gw-worker": a second gateway with fast_path off, so every
 // request takes a worker thread and a blocking upstream client (the gateway before the fast path).
 // The stub answers a fixed chat.completion body (with usage) from an http::Server, inline on its
-// I/O thread (--stub-workers: through its worker pool, as the stub did before). --proxy-threads
+// I/O thread (--stub-workers: through its worker pool, as the stub did before). Like aicloud's
+// engine, it repeats the usage in an x-aicloud-usage header, which the gateway charges without
+// parsing the body; --stub-usage body leaves the header out, as an engine of another make would,
+// and the gateway reads the body. --proxy-threads
 // gives the gateways that many I/O threads and nginx that many worker processes; --only runs one
 // target besides direct (for profiling it). --pin puts the load generator, the stub's threads and
 // the proxies (the gateways' threads and nginx) each on its own CPU, so that on a machine with
@@ -53,6 +57,7 @@
 #include <vector>
 
 #include "gateway/gateway.h"
+#include "http/usage_header.h"
 
 extern char** environ;
 
@@ -78,6 +83,7 @@ struct Flags {
   std::string usage = "log";  // the gateways' usage sink: log (JSON lines to /dev/null) or null
   std::vector<int> pin;   // CPUs of the load generator, the stub and the proxies; empty: unpinned
   size_t prompt_bytes = 0;  // pad the user message to this many bytes (a RAG-sized prompt)
+  std::string stub_usage = "header";  // header: usage also in x-aicloud-usage, as aicloud's engine; body: only in the body
 };
 
 // Binds the calling thread to `cpu`; threads and processes it starts afterwards inherit it.
@@ -385,6 +391,7 @@ int Main(int argc, char** argv) {
     else if (a == "--proxy-threads") f.proxy_threads = std::max(1, std::stoi(val()));
     else if (a == "--usage") f.usage = val();
     else if (a == "--prompt-bytes") f.prompt_bytes = static_cast<size_t>(std::stoul(val()));
+    else if (a == "--stub-usage") f.stub_usage = val();
     else if (a == "--pin") {
       std::string v = val();
       for (size_t p = 0; p <= v.size();) {
@@ -402,17 +409,24 @@ int Main(int argc, char** argv) {
                    "                     [--nginx PATH] [--policy P] [--no-limits] [--json FILE]\n"
                    "                     [--worker-path] [--stub-workers] [--only TARGET]\n"
                    "                     [--proxy-threads N] [--pin LOADGEN,STUB,PROXY] [--usage log|null]\n"
-                   "                     [--prompt-bytes N]\n");
+                   "                     [--prompt-bytes N] [--stub-usage header|body]\n");
       return 2;
     }
+  }
+  if (f.stub_usage != "header" && f.stub_usage != "body") {
+    std::fprintf(stderr, "error: --stub-usage is header or body (got \"%s\")\n", f.stub_usage.c_str());
+    return 2;
   }
   signal(SIGPIPE, SIG_IGN);
 
   // The stub upstream.
   if (!f.pin.empty()) PinThisThread(f.pin[1]);
   http::Router stub_router;
-  stub_router.Add("POST", "/v1/chat/completions", [](http::Request&) {
-    return http::Response::Text(200, kStubBody, "application/json");
+  const bool usage_header = f.stub_usage == "header";
+  stub_router.Add("POST", "/v1/chat/completions", [usage_header](http::Request&) {
+    http::Response r = http::Response::Text(200, kStubBody, "application/json");
+    if (usage_header) r.headers.emplace_back(http::kUsageHeader, http::UsageHeaderValue({12, 9}));  // kStubBody's usage
+    return r;
   });
   auto stub = f.stub_workers
                   ? http::Server::Start({.io_threads = 1, .worker_threads = 2},

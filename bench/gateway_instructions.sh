@@ -7,10 +7,13 @@
 # 3 s of 200 requests/s after a 1 s warm-up) and the difference is divided by the 400 extra
 # requests, which cancels start-up. Kernel work (loopback TCP, epoll) is not counted: it is the
 # same for the gateway and nginx (RESULTS.md 8.7). Results: bench/RESULTS.md sections 8.9 and 8.10.
-# Usage: bench/gateway_instructions.sh path/to/gateway_bench [path/to/nginx]
+# Usage: bench/gateway_instructions.sh path/to/gateway_bench [path/to/nginx [gateway_bench flags...]]
+# (the flags go to the gateway's runs, e.g. --stub-usage body).
 set -u
-bench=$(realpath "${1:?usage: bench/gateway_instructions.sh path/to/gateway_bench [path/to/nginx]}")
+bench=$(realpath "${1:?usage: bench/gateway_instructions.sh path/to/gateway_bench [path/to/nginx [gateway_bench flags...]]}")
 nginx=${2:-/usr/sbin/nginx}
+shift $(( $# < 2 ? $# : 2 ))
+extra=("$@")
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
 tmp=$(mktemp -d /tmp/aicloud-instr.XXXXXX)
 chmod 755 "$tmp"  # nginx runs as nobody when started by root, and writes its counts in here
@@ -29,8 +32,8 @@ run() {  # run DIR SECONDS ARGS...
 }
 
 # The gateway (and the stub) under callgrind.
-run "$tmp/g1" 1 --only gateway >"$tmp/g1.txt"
-run "$tmp/g3" 3 --only gateway >"$tmp/g3.txt"
+run "$tmp/g1" 1 --only gateway ${extra[@]+"${extra[@]}"} >"$tmp/g1.txt"
+run "$tmp/g3" 3 --only gateway ${extra[@]+"${extra[@]}"} >"$tmp/g3.txt"
 # nginx under callgrind (the load generator and the stub run natively).
 if [ -x "$nginx" ]; then
   mkdir -p "$tmp/n" && chmod 777 "$tmp/n"

@@ -761,7 +761,7 @@ http::Response Gateway::UnaryAnswer(Call& call, const Route& route, Attempted a,
                               "deployment " + route.deployment + ": " + a.status.message()));
   }
   std::optional<TokenUsage> usage;
-  if (a.status.ok() && Is2xx(a.head.status)) usage = UsageOfText(body);
+  if (a.status.ok() && Is2xx(a.head.status)) usage = UsageOfAnswer(a.head.headers, body);
   if (!a.status.ok()) call.rec.error = a.status.message();
   Settle(call, route, a.status.ok() && Is2xx(a.head.status), usage, 0);
   if (a.status.ok()) return Finish(call, ForwardedAnswer(a, std::move(body)));
@@ -788,7 +788,7 @@ void Gateway::RespondUnary(AsyncForward& f, Attempted a, std::string body) {
   call.rec.replica = a.replica_id;
   const bool ok = Is2xx(a.head.status);
   std::optional<TokenUsage> usage;
-  if (ok) usage = UsageOfText(body);  // read before the body goes to the client
+  if (ok) usage = UsageOfAnswer(a.head.headers, body);  // read before the body goes to the client
   // Settled before the answer goes: a client that reads its budget after the answer sees it.
   Settle(call, route, ok, usage, 0);
   http::Response r = ForwardedAnswer(a, std::move(body));

@@ -1,6 +1,7 @@
 // Black-box tests of the gateway over loopback HTTP: fake engine replicas (http::Server answering
 // like `aicloud engine`), a StaticDirectory, StaticKeys and a collecting usage sink.
 #include "gateway/gateway.h"
+#include "http/usage_header.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -33,6 +34,7 @@ struct FakeEngineOptions {
   milliseconds stream_delay{0};       // before a stream's head (a long prefill)
   milliseconds first_event_delay{0};  // after a stream's head, before its first event
   int unary_status = 200;       // else a unary answer is this error
+  std::string usage_header;     // when set, a unary answer's x-aicloud-usage value
 };
 
 class FakeEngine {
@@ -109,9 +111,12 @@ class FakeEngine {
       if (o_.unary_status != 200) {
         return http::Response::Json(o_.unary_status, {{"error", {{"message", "engine refuses"}, {"type", "engine"}}}});
       }
-      return http::Response::Json(200, {{"id", "x"}, {"object", "chat.completion"}, {"model", b["model"]},
-                                        {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", "hi"}}}}}},
-                                        {"usage", usage}});
+      http::Response answer = http::Response::Json(
+          200, {{"id", "x"}, {"object", "chat.completion"}, {"model", b["model"]},
+                {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", "hi"}}}}}},
+                {"usage", usage}});
+      if (!o_.usage_header.empty()) answer.headers.emplace_back(http::kUsageHeader, o_.usage_header);
+      return answer;
     }
     for (const auto until = std::chrono::steady_clock::now() + o_.stream_delay; std::chrono::steady_clock::now() < until;) {
       if (r.client_gone && r.client_gone->cancelled()) {
@@ -795,6 +800,36 @@ TEST(Gateway, HoldTimesOutWith503AndAFullQueueGets429) {
   for (auto& t : held) t.join();
   EXPECT_EQ(served.load(), 2);
   EXPECT_EQ(h2.gw->Held("m"), 0);
+}
+
+// An aicloud engine's x-aicloud-usage header is what a unary call is charged (the body is not
+// read for it); a header that does not read exactly as the engine writes it sends the gateway
+// back to the body's usage. On the fast path and on the worker path alike.
+TEST(Gateway, UnaryCallsAreChargedTheEnginesUsageHeader) {
+  // The header says 7 + 3; the body says 5 + 20 (the fake engine's prompt, max_tokens 20).
+  for (const bool fast_path : {true, false}) {
+    for (const std::string header : {"prompt_tokens=7, completion_tokens=3", "prompt_tokens=7"}) {
+      SCOPED_TRACE(std::string(fast_path ? "fast path, " : "worker, ") + header);
+      FakeEngine e({.prompt_tokens = 5, .completion_tokens = 50, .usage_header = header});
+      GatewayOptions o;
+      o.fast_path = fast_path;
+      Harness h(o);
+      ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+      h.AddKey("k", {.key_id = "k", .tenant = "t", .key_limits = {.budget_tokens = 1000}});
+      StatusOr<http::ClientResponse> r = h.Post("k", Harness::Chat("m", "hi", 20));
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->status, 200) << r->body;
+      EXPECT_FALSE(r->headers.contains(http::kUsageHeader));  // not passed on to the client
+      EXPECT_EQ(json::parse(r->body)["usage"]["prompt_tokens"], 5);  // the body as the engine sent it
+      ASSERT_TRUE(h.sink.WaitFor(1, milliseconds(2000)));
+      const UsageRecord rec = h.sink.records()[0];
+      const bool well_formed = header.find("completion") != std::string::npos;
+      EXPECT_TRUE(rec.usage_reported);
+      EXPECT_EQ(rec.prompt_tokens, well_formed ? 7 : 5);
+      EXPECT_EQ(rec.completion_tokens, well_formed ? 3 : 20);
+      EXPECT_EQ(h.gw->ledger().Usage("key k").spent_tokens, well_formed ? 10 : 25);
+    }
+  }
 }
 
 // ---- streaming -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "gateway/json_text.h"
+#include "http/usage_header.h"
 
 namespace aicloud::gateway {
 
@@ -397,5 +398,14 @@ std::optional<TokenUsage> UsageOf(const json& body) {
 }
 
 std::optional<TokenUsage> UsageOfText(std::string_view body) { return ReadUsage(body, /*retried=*/false); }
+
+std::optional<TokenUsage> UsageOfAnswer(const http::HeaderMap& headers, std::string_view body) {
+  if (auto h = headers.find(http::kUsageHeader); h != headers.end()) {
+    if (std::optional<http::UsageCounts> u = http::ParseUsageHeader(h->second)) {
+      return TokenUsage{u->prompt_tokens, u->completion_tokens};
+    }
+  }
+  return UsageOfText(body);
+}
 
 }  // namespace aicloud::gateway

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "http/header_map.h"
 
 namespace aicloud::gateway {
 
@@ -91,5 +92,8 @@ std::optional<TokenUsage> UsageOf(const nlohmann::json& body);
 // The same, read from the text with simdjson (the unary answer's path: the body is passed on as
 // it came, only two numbers of it are needed). nullopt for malformed JSON.
 std::optional<TokenUsage> UsageOfText(std::string_view body);
+// The usage of a unary answer: the x-aicloud-usage header an aicloud engine sends
+// (http/usage_header.h) when it is there and well-formed, else UsageOfText(body).
+std::optional<TokenUsage> UsageOfAnswer(const http::HeaderMap& headers, std::string_view body);
 
 }  // namespace aicloud::gateway

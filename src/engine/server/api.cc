@@ -5,6 +5,8 @@
 #include <random>
 #include <string>
 
+#include "http/usage_header.h"
+
 namespace aicloud::engine {
 namespace {
 
@@ -108,12 +110,15 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
       choice["text"] = all.text;
       choice["logprobs"] = want_logprobs ? LogprobsJson(*e, all.samples, false) : json(nullptr);
     }
-    return http::Response::Json(200, {{"id", id},
-                                      {"object", chat ? "chat.completion" : "text_completion"},
-                                      {"created", created},
-                                      {"model", model},
-                                      {"choices", json::array({choice})},
-                                      {"usage", Usage(all)}});
+    http::Response r = http::Response::Json(200, {{"id", id},
+                                                  {"object", chat ? "chat.completion" : "text_completion"},
+                                                  {"created", created},
+                                                  {"model", model},
+                                                  {"choices", json::array({choice})},
+                                                  {"usage", Usage(all)}});
+    // The gateway charges these without parsing the body (http/usage_header.h).
+    r.headers.emplace_back(http::kUsageHeader, http::UsageHeaderValue({all.prompt_tokens, all.completion_tokens}));
+    return r;
   }
 
   http::Response r;
@@ -216,8 +221,10 @@ http::Response Embeddings(Engine* e, http::Request& req) {
     data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", (*v)[i]}});
     tokens += static_cast<int64_t>(inputs[i].size());
   }
-  return http::Response::Json(200, {{"object", "list"}, {"data", data}, {"model", e->model_name()},
-                                    {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
+  http::Response r = http::Response::Json(200, {{"object", "list"}, {"data", data}, {"model", e->model_name()},
+                                                {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}});
+  r.headers.emplace_back(http::kUsageHeader, http::UsageHeaderValue({tokens, 0}));
+  return r;
 }
 
 }  // namespace

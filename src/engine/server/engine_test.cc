@@ -17,6 +17,7 @@
 #include "http/client.h"
 #include "http/sse.h"
 #include "http/test_socket.h"
+#include "http/usage_header.h"
 
 namespace aicloud::engine {
 namespace {
@@ -279,6 +280,34 @@ class ApiTest : public ::testing::Test {
   std::unique_ptr<EngineServer> server_;
   std::unique_ptr<http::Client> client_;
 };
+
+// A unary answer repeats its usage in x-aicloud-usage (the gateway charges it without parsing
+// the body); a streamed one, whose usage comes last, does not.
+TEST_F(ApiTest, UnaryAnswersCarryTheirUsageInAHeader) {
+  const std::pair<const char*, const char*> calls[] = {
+      {"/v1/completions", R"({"model":"tiny","prompt":"Hello there","max_tokens":5,"temperature":0})"},
+      {"/v1/chat/completions", R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],"max_tokens":3})"},
+      {"/v1/embeddings", R"({"model":"tiny","input":["a cat","the sea"]})"},
+  };
+  for (const auto& [path, body] : calls) {
+    SCOPED_TRACE(path);
+    StatusOr<http::ClientResponse> r = client_->Send("POST", path, body);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json usage = json::parse(r->body)["usage"];
+    auto h = r->headers.find(http::kUsageHeader);
+    ASSERT_NE(h, r->headers.end());
+    std::optional<http::UsageCounts> u = http::ParseUsageHeader(h->second);
+    ASSERT_TRUE(u.has_value()) << h->second;
+    EXPECT_EQ(u->prompt_tokens, usage["prompt_tokens"].get<int64_t>());
+    EXPECT_GT(u->prompt_tokens, 0);
+    EXPECT_EQ(u->completion_tokens, usage.value("completion_tokens", int64_t{0}));
+  }
+  StatusOr<http::ClientResponse> s = client_->Send(
+      "POST", "/v1/completions", R"({"model":"tiny","prompt":"Hi","max_tokens":2,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->headers.contains(http::kUsageHeader));
+}
 
 TEST_F(ApiTest, CompletionsChatModelsAndErrors) {
   auto [code, j] = Post("/v1/completions", R"({"model":"tiny","prompt":"Hello there","max_tokens":5,"temperature":0})");
