@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -11,7 +12,9 @@
 namespace aicloud::gateway {
 
 void AppendJsonString(std::string* out, std::string_view s) {
-  if (!simdjson::validate_utf8(s.data(), s.size())) {
+  // Names, ids and numbers are ASCII, which is valid UTF-8 without asking simdjson.
+  const bool ascii = std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  if (!ascii && !simdjson::validate_utf8(s.data(), s.size())) {
     out->append(nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
@@ -59,29 +62,36 @@ void AppendJsonDouble(std::string* out, double v) {
     text.remove_prefix(1);
   }
   const size_t e_at = text.find('e');
-  const int exponent = std::atoi(std::string(text.substr(e_at + 1)).c_str());
-  std::string digits;
+  std::string_view e_text = text.substr(e_at + 1);  // "+05", "-07"
+  if (e_text.front() == '+') e_text.remove_prefix(1);
+  int exponent = 0;
+  std::from_chars(e_text.data(), e_text.data() + e_text.size(), exponent);
+  char digit_buf[24];  // at most 17 significant digits
+  size_t digit_count = 0;
   for (char c : text.substr(0, e_at)) {
-    if (c != '.') digits.push_back(c);
+    if (c != '.') digit_buf[digit_count++] = c;
   }
+  const std::string_view digits(digit_buf, digit_count);
   const int k = static_cast<int>(digits.size());
   const int n = exponent + 1;  // the decimal point sits after n digits
   if (k <= n && n <= 15) {  // a whole number: digits, zeros, ".0"
     out->append(digits).append(static_cast<size_t>(n - k), '0').append(".0");
   } else if (0 < n && n <= 15) {  // the point inside the digits
-    out->append(digits, 0, static_cast<size_t>(n)).push_back('.');
-    out->append(digits, static_cast<size_t>(n));
+    out->append(digits.substr(0, static_cast<size_t>(n))).push_back('.');
+    out->append(digits.substr(static_cast<size_t>(n)));
   } else if (-4 < n && n <= 0) {  // 0.000ddd
     out->append("0.").append(static_cast<size_t>(-n), '0').append(digits);
   } else {  // d.ddde±XX
     out->push_back(digits[0]);
-    if (k > 1) out->push_back('.'), out->append(digits, 1);
+    if (k > 1) out->push_back('.'), out->append(digits.substr(1));
     const int e = n - 1;
     out->push_back('e');
     out->push_back(e < 0 ? '-' : '+');
     const int a = std::abs(e);
     if (a < 10) out->push_back('0');
-    out->append(std::to_string(a));
+    char exp_buf[8];
+    auto [exp_end, exp_ec] = std::to_chars(exp_buf, exp_buf + sizeof(exp_buf), a);
+    out->append(exp_buf, exp_end);
   }
 }
 

@@ -16,14 +16,6 @@ void AppendInt(std::string* out, int64_t v) {
   out->append(buf, end);
 }
 
-// `"key":`, after a comma unless it is the object's first.
-void Key(std::string* out, std::string_view key) {
-  if (out->back() != '{') out->push_back(',');
-  out->push_back('"');
-  out->append(key);
-  out->append("\":");
-}
-
 }  // namespace
 
 nlohmann::json UsageRecord::ToJson() const {
@@ -40,30 +32,28 @@ nlohmann::json UsageRecord::ToJson() const {
 
 void UsageRecord::AppendJson(std::string* out) const {
   // Keys in nlohmann's (sorted) order, so a line reads as ToJson().dump() does (see the header
-  // for where the bytes may differ).
-  out->push_back('{');
-  Key(out, "adapter"), AppendJsonString(out, adapter);
-  Key(out, "attempts"), AppendInt(out, attempts);
-  Key(out, "completion_tokens"), AppendInt(out, completion_tokens);
-  Key(out, "cost"), AppendJsonDouble(out, cost);
-  Key(out, "deployment"), AppendJsonString(out, deployment);
-  Key(out, "endpoint"), AppendJsonString(out, endpoint);
-  if (!error.empty()) Key(out, "error"), AppendJsonString(out, error);
-  Key(out, "held_s"), AppendJsonDouble(out, held_s);
-  Key(out, "key_id"), AppendJsonString(out, key_id);
-  Key(out, "latency_s"), AppendJsonDouble(out, latency_s);
-  Key(out, "model"), AppendJsonString(out, model);
-  Key(out, "prompt_tokens"), AppendInt(out, prompt_tokens);
-  Key(out, "replica"), AppendJsonString(out, replica);
-  Key(out, "request_id"), AppendJsonString(out, request_id);
-  Key(out, "status"), AppendInt(out, status);
-  Key(out, "stream"), out->append(stream ? "true" : "false");
-  Key(out, "team"), AppendJsonString(out, team);
-  Key(out, "tenant"), AppendJsonString(out, tenant);
-  Key(out, "ttft_s"), AppendJsonDouble(out, ttft_s);
-  Key(out, "unix_ms"), AppendInt(out, unix_ms);
-  Key(out, "usage_reported"), out->append(usage_reported ? "true" : "false");
-  out->push_back('}');
+  // for where the bytes may differ). Each key is written with the comma before it and its colon.
+  out->append(R"({"adapter":)"), AppendJsonString(out, adapter);
+  out->append(R"(,"attempts":)"), AppendInt(out, attempts);
+  out->append(R"(,"completion_tokens":)"), AppendInt(out, completion_tokens);
+  out->append(R"(,"cost":)"), AppendJsonDouble(out, cost);
+  out->append(R"(,"deployment":)"), AppendJsonString(out, deployment);
+  out->append(R"(,"endpoint":)"), AppendJsonString(out, endpoint);
+  if (!error.empty()) out->append(R"(,"error":)"), AppendJsonString(out, error);
+  out->append(R"(,"held_s":)"), AppendJsonDouble(out, held_s);
+  out->append(R"(,"key_id":)"), AppendJsonString(out, key_id);
+  out->append(R"(,"latency_s":)"), AppendJsonDouble(out, latency_s);
+  out->append(R"(,"model":)"), AppendJsonString(out, model);
+  out->append(R"(,"prompt_tokens":)"), AppendInt(out, prompt_tokens);
+  out->append(R"(,"replica":)"), AppendJsonString(out, replica);
+  out->append(R"(,"request_id":)"), AppendJsonString(out, request_id);
+  out->append(R"(,"status":)"), AppendInt(out, status);
+  out->append(stream ? R"(,"stream":true)" : R"(,"stream":false)");
+  out->append(R"(,"team":)"), AppendJsonString(out, team);
+  out->append(R"(,"tenant":)"), AppendJsonString(out, tenant);
+  out->append(R"(,"ttft_s":)"), AppendJsonDouble(out, ttft_s);
+  out->append(R"(,"unix_ms":)"), AppendInt(out, unix_ms);
+  out->append(usage_reported ? R"(,"usage_reported":true})" : R"(,"usage_reported":false})");
 }
 
 LogUsageSink::LogUsageSink(std::FILE* out, size_t max_queue)
