@@ -312,7 +312,8 @@ void Gateway::Account(Call& call, bool stream) {
   }
   if (!stream) {
     overhead_all_->Observe(std::max(0.0, call.rec.latency_s - Seconds(call.upstream)));
-    if (deps_.usage != nullptr) deps_.usage->Record(call.rec);
+    // The record's last use: a unary call is over once accounted (a stream records in Done).
+    if (deps_.usage != nullptr) deps_.usage->Record(std::move(call.rec));
   }
 }
 
