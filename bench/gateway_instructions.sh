@@ -8,7 +8,7 @@
 # requests, which cancels start-up. Kernel work (loopback TCP, epoll) is not counted: it is the
 # same for the gateway and nginx (RESULTS.md 8.7). Results: bench/RESULTS.md sections 8.9 and 8.10.
 # Usage: bench/gateway_instructions.sh path/to/gateway_bench [path/to/nginx [gateway_bench flags...]]
-# (the flags go to the gateway's runs, e.g. --stub-usage body).
+# (the flags go to every run, e.g. --stub-usage body: the stub then answers nginx the same way).
 set -u
 bench=$(realpath "${1:?usage: bench/gateway_instructions.sh path/to/gateway_bench [path/to/nginx [gateway_bench flags...]]}")
 nginx=${2:-/usr/sbin/nginx}
@@ -43,7 +43,7 @@ exec valgrind --tool=callgrind --callgrind-out-file=$tmp/n/out.%p "$nginx" "\$@"
 EOF
   chmod 755 "$tmp/nginx-cg"
   for secs in 1 3; do
-    "$bench" --rate 200 --seconds "$secs" --warmup 1 --rounds 1 --only nginx --nginx "$tmp/nginx-cg" >"$tmp/n$secs.log" 2>&1
+    "$bench" --rate 200 --seconds "$secs" --warmup 1 --rounds 1 --only nginx --nginx "$tmp/nginx-cg" ${extra[@]+"${extra[@]}"} >"$tmp/n$secs.log" 2>&1
     grep -m1 '^summary:' "$tmp"/n/out.* | cut -d' ' -f2 >"$tmp/n$secs.txt"
     rm -f "$tmp"/n/out.*
   done
