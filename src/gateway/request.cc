@@ -112,7 +112,7 @@ std::array<std::optional<dom::element>, N> Members(dom::object o, const std::arr
   std::array<std::optional<dom::element>, N> out;
   for (dom::key_value_pair kv : o) {
     for (size_t i = 0; i < N; ++i) {
-      if (kv.key.size() == keys[i].size() && kv.key == keys[i]) {
+      if (kv.key == keys[i]) {
         out[i] = kv.value;
         break;
       }
