@@ -18,6 +18,7 @@
 #include "agent/node_info.h"
 #include "cli/commands.h"
 #include "cli/front_door.h"
+#include "cli/up_demo.h"
 #include "control/node_autoscaler.h"
 #include "control/server.h"
 #include "http/client.h"
@@ -202,7 +203,7 @@ json SimNodeSpec(const std::string& name, const std::string& gpu, int gpus) {
 }
 
 int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int gpus_per_node,
-          bool demo, bool exit_after_demo, const std::string& provision_delay) {
+          bool demo, bool exit_after_demo, const std::string& demo_tokenizer, const std::string& provision_delay) {
   BlockSignals();
   StatusOr<control::ServerConfig> cfg = ToConfig(sf);
   if (!cfg.ok()) return Fail(cfg.status());
@@ -278,6 +279,7 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
               << provision_delay << " to provision, powered off after " << sf.node_unneeded << " unneeded\n";
   }
 
+  std::string demo_key;  // tenant demo's key, made by the serving demo
   if (demo) {
     http::Client c(s.url());
     http::Headers h = {{"Authorization", "Bearer " + admin_key->token}, {"Content-Type", "application/json"}};
@@ -309,17 +311,28 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
           c.Send("GET", "/api/v1/tenants/demo/jobs/" + name + "/logs?worker=" + std::to_string(w), "", h);
       if (l.ok()) std::cout << "  logs of worker " << w << ":\n" << l->body;
     }
+    std::cout << "\n";
+    StatusOr<std::string> served = RunServingDemo(
+        {.server_url = s.url(), .admin_token = admin_key->token, .data_dir = sf.data_dir, .tokenizer = demo_tokenizer});
+    if (served.ok()) demo_key = *served;
+    else std::cerr << "aicloud up: serving demo failed: " << served.status().message() << "\n";
     if (exit_after_demo) {
       node_autoscaler.Stop();
       pool.reset();  // its agents stop before the server does
       agents.clear();
       s.Stop();
-      return phase == "Succeeded" ? 0 : 1;
+      return phase == "Succeeded" && served.ok() ? 0 : 1;
     }
   }
   std::cout << "aicloud up: ready. Try: aicloud get nodes; aicloud apply -f examples/job.yaml; "
-               "aicloud get jobs. Ctrl-C stops.\n"
-            << std::flush;
+               "aicloud get jobs. Ctrl-C stops.\n";
+  if (!demo_key.empty()) {
+    std::cout << "  and deployment demo/chat (it scales from zero again on the next request):\n"
+              << "    curl -N " << s.url() << "/v1/chat/completions -H 'Authorization: Bearer " << demo_key
+              << "' -d '{\"model\":\"chat\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n"
+              << "    aicloud get deployments\n";
+  }
+  std::cout << std::flush;
   WaitForSignal();
   std::cout << "aicloud up: stopping\n";
   node_autoscaler.Stop();
@@ -389,6 +402,7 @@ void AddServer(CLI::App& app, int* exit_code) {
   auto up_gpus = std::make_shared<int>(8);
   auto up_demo = std::make_shared<bool>(false);
   auto up_exit = std::make_shared<bool>(false);
+  auto up_tokenizer = std::make_shared<std::string>("data/tokenizers/gpt2/tokenizer.json");
   auto usf = std::make_shared<ServerFlags>();
   usf->data_dir = "./aicloud-up";
   auto* up = app.add_subcommand("up", "Start a whole cluster on this machine: server + simulated GPU nodes");
@@ -396,11 +410,18 @@ void AddServer(CLI::App& app, int* exit_code) {
   up->add_option("--sim-nodes", *up_nodes, "simulated GPU nodes (default 4)");
   up->add_option("--sim-gpu", *up_gpu, "their GPU model (default H100)");
   up->add_option("--gpus-per-node", *up_gpus, "GPUs per simulated node (default 8)");
-  up->add_flag("--demo", *up_demo, "submit a 2-worker GPU job and print its logs");
-  up->add_flag("--exit-after-demo", *up_exit, "with --demo: stop once the job ended (exit 0 if it succeeded)");
+  up->add_flag("--demo", *up_demo,
+               "submit a 2-worker GPU job and print its logs, then deploy a small random-weight model with min 0 "
+               "replicas and call it through the OpenAI front door (held while a replica starts, streamed back, "
+               "refused for another tenant, scaled back to zero)");
+  up->add_flag("--exit-after-demo", *up_exit, "with --demo: stop once the demo ended (exit 0 if every step succeeded)");
+  up->add_option("--demo-tokenizer", *up_tokenizer, "with --demo: the tokenizer.json of the demo model")
+      ->capture_default_str();
   auto up_delay = std::make_shared<std::string>("180s");
   up->add_option("--node-provision-delay", *up_delay, "with --node-pool: power-on to registration of an added node (default 180s)");
-  up->callback([=] { *exit_code = RunUp(*usf, *up_nodes, *up_gpu, *up_gpus, *up_demo, *up_exit, *up_delay); });
+  up->callback([=] {
+    *exit_code = RunUp(*usf, *up_nodes, *up_gpu, *up_gpus, *up_demo, *up_exit, *up_tokenizer, *up_delay);
+  });
 
   auto a_server = std::make_shared<std::string>();
   auto a_token = std::make_shared<std::string>();

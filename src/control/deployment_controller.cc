@@ -442,8 +442,8 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
   int desired = std::clamp(decision.desired, spec->min_replicas, spec->max_replicas);
   std::string reason = decision.reason;
   const double idle_s = static_cast<double>(now_us - last_activity_us) / 1e6;
-  if (held > 0 && desired < 1) {
-    desired = 1;
+  if (held > 0 && (desired < 1 || current.empty())) {  // from zero: the held requests are why
+    desired = std::max(desired, 1);
     reason = std::to_string(held) + " request(s) held at the gateway with no ready replica";
   } else if (desired == 0 && idle_s < spec->scale_to_zero_seconds && (in_flight > 0 || !current.empty())) {
     desired = 1;  // zero only after scaleToZeroSeconds without requests

@@ -197,6 +197,20 @@ class DeploymentControllerTest : public ::testing::Test {
   std::unique_ptr<DeploymentController> dc_;
 };
 
+TEST_F(DeploymentControllerTest, TheDefaultAutoscalerLeavesAnUnusedDeploymentAtZero) {
+  // As after a restart of the server: a min-0 deployment at zero, no requests, turn after turn.
+  Apply({{"model", "/m"}, {"replicas", {{"min", 0}, {"max", 3}}}, {"scaleToZeroSeconds", 10}});
+  for (int i = 0; i < 30; ++i) {
+    dc_->Turn();
+    ASSERT_TRUE(Replicas().empty()) << "turn " << i << ": " << Status().dump();
+    clock_.Advance(1'000'000);
+  }
+  dc_->NoteRequests("acme", "chat", 2);
+  dc_->Turn();
+  EXPECT_EQ(Replicas().size(), 1u);
+  EXPECT_EQ(Status()["lastScale"]["reason"], "2 request(s) held at the gateway with no ready replica") << Status().dump();
+}
+
 TEST_F(DeploymentControllerTest, ScalesFromZeroOnARequestAndBackToZeroWhenIdle) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 0}, {"max", 3}}}, {"scaleToZeroSeconds", 60},
          {"autoscaler", {{"policy", "kpa"}}}});

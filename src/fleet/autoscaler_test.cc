@@ -193,6 +193,21 @@ TEST(SloAutoscalerTest, ScalesToZeroAfterIdleAndWakesOnARequest) {
   EXPECT_EQ(d.desired, 1) << d.reason;
 }
 
+TEST(SloAutoscalerTest, ADeploymentFoundAtZeroStaysThereUntilARequest) {
+  // A controller (re)started beside a scale-to-zero deployment with no replicas and no requests.
+  SloAutoscaler ours(OursConfig());
+  for (double t = 0; t < 60; t += 5) {
+    ScaleDecision d = ours.Recommend(Snap(t, 0, 0, 0, 0));
+    ASSERT_EQ(d.desired, 0) << "t=" << t << ": " << d.reason;
+  }
+  ScaleDecision d = ours.Recommend(Snap(60, 0, 1, 0, 0));  // a request held at the gateway
+  EXPECT_EQ(d.desired, 1) << d.reason;
+  // Found running instead: it counts as just active and keeps a replica through the idle period.
+  SloAutoscaler warm(OursConfig());
+  EXPECT_EQ(warm.Recommend(Snap(0, 1, 0)).desired, 1);
+  EXPECT_EQ(warm.Recommend(Snap(250, 1, 0)).desired, 1);
+}
+
 TEST(SloAutoscalerTest, SaturationSignalsScaleUp) {
   struct Case {
     const char* name;

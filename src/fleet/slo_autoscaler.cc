@@ -40,7 +40,9 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   load_.Add(now, load);
   forecaster_.Observe(now, load);
   const double in_flight = s.InFlight();
-  if (in_flight > 0 || s.arrival_rps > 0 || last_active_s_ < 0) last_active_s_ = now;
+  // A deployment found running counts as just active; one found at zero stays there until a
+  // request comes (a restarted controller must not wake every idle deployment).
+  if (in_flight > 0 || s.arrival_rps > 0 || (last_active_s_ < 0 && current > 0)) last_active_s_ = now;
 
   // 1. Reactive size from the offered work.
   const double mean_load = load_.Mean(now, config_.load_window_s, load);
@@ -121,10 +123,12 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
 
   // 5. Scale to zero after an idle period; wake on demand.
   if (b.min_replicas == 0) {
-    const bool idle = in_flight == 0 && s.arrival_rps == 0 && now - last_active_s_ >= config_.idle_to_zero_s;
+    const bool idle = in_flight == 0 && s.arrival_rps == 0 &&
+                      (last_active_s_ < 0 || now - last_active_s_ >= config_.idle_to_zero_s);
     if (idle && rec == 0) {
       desired = 0;
-      why = fmt::format("ours: idle for {:.0f} s, scale to zero", now - last_active_s_);
+      why = last_active_s_ < 0 ? std::string("ours: no requests yet, stays at zero")
+                               : fmt::format("ours: idle for {:.0f} s, scale to zero", now - last_active_s_);
     } else if (desired == 0 && (!idle || in_flight > 0)) {
       desired = 1;
     }

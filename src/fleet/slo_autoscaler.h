@@ -26,7 +26,8 @@
 //              10% band, at most halving per tick (AIBrix's max-scale-down-rate 2).
 //   5. zero    with bounds.min_replicas == 0: nothing arrived or in flight for `idle_to_zero_s`
 //              (KEDA's cooldownPeriod, 300 s) and no rise forecast -> 0. Requests held at the
-//              gateway wake it to >= 1.
+//              gateway wake it to >= 1. A deployment first seen at zero (a restarted controller)
+//              stays at zero until a request comes; one first seen running counts as just active.
 #pragma once
 
 #include "fleet/autoscaler.h"
