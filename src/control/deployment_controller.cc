@@ -1,6 +1,7 @@
 #include "control/deployment_controller.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -27,6 +28,40 @@ std::string Label(const json& object, const std::string& key) {
 
 std::string NameOf(const json& object) { return object["metadata"].value("name", std::string()); }
 std::string TenantOf(const json& object) { return object["metadata"].value("tenant", std::string()); }
+
+// status.forecast: the load profile an autoscaler learned, per bin of the period (null: not
+// learned yet), rounded so that a status does not change for noise.
+json ForecastStatus(const fleet::LoadForecaster& f) {
+  json profile = json::array();
+  for (double v : f.profile()) profile.push_back(v < 0 ? json(nullptr) : json(std::round(v * 1e4) / 1e4));
+  return {{"periodS", f.config().period_s},
+          {"binS", f.config().bin_s},
+          {"learnedBins", f.learned_bins()},
+          {"profile", std::move(profile)}};
+}
+
+// Gives a new autoscaler's forecaster the profile kept in status.forecast.
+Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
+  if (!forecast.is_object()) return InvalidArgumentError("status.forecast is not an object");
+  auto number = [&](const char* k) {
+    return forecast.contains(k) && forecast[k].is_number() ? forecast[k].get<double>() : -1.0;
+  };
+  if (number("periodS") != f->config().period_s || number("binS") != f->config().bin_s) {
+    return InvalidArgumentError("status.forecast has period/bin " + forecast.value("periodS", json()).dump() + "/" +
+                                forecast.value("binS", json()).dump() + ", the autoscaler learns " +
+                                json(f->config().period_s).dump() + "/" + json(f->config().bin_s).dump());
+  }
+  if (!forecast.contains("profile") || !forecast["profile"].is_array()) {
+    return InvalidArgumentError("status.forecast.profile is not an array");
+  }
+  std::vector<double> values;
+  for (const json& v : forecast["profile"]) {
+    if (v.is_null()) values.push_back(-1);
+    else if (v.is_number()) values.push_back(v.get<double>());
+    else return InvalidArgumentError("status.forecast.profile holds " + v.dump() + ", not a number or null");
+  }
+  return f->RestoreProfile(values);
+}
 
 // status.history with `revision` last: appended with its spec when new, moved to the end when
 // an older revision comes back (a rollback). At most kHistoryLimit entries; the stable
@@ -167,6 +202,9 @@ DeploymentController::DeploymentController(store::Store* store, Clock* clock, Me
       prober_(prober ? std::move(prober) : HttpProber(std::chrono::milliseconds(2000))),
       on_jobs_changed_(std::move(on_jobs_changed)),
       serial_(static_cast<uint64_t>(clock->NowMicros())) {
+  autoscaler_offset_s_ = options_.autoscaler_clock_offset_s.value_or(
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+      static_cast<double>(clock_->NowMicros()) / 1e6);
   if (metrics_ != nullptr) {
     scale_events_ = metrics_->AddCounter("aicloud_deployment_scale_events_total",
                                          "Changes of a deployment's desired replica count",
@@ -411,6 +449,13 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
         return;
       }
       s.autoscaler = std::move(*a);
+      // What an earlier autoscaler of this deployment learned (before a restart or a spec edit).
+      const json old = deployment.value("status", json::object());
+      if (fleet::LoadForecaster* f = s.autoscaler->learned(); f != nullptr && old.is_object() && old.contains("forecast")) {
+        if (Status r = RestoreForecast(old["forecast"], f); !r.ok()) {
+          spdlog::warn("deployment {}: the stored load profile is not used: {}", key, std::string(r.message()));
+        }
+      }
       s.policy = spec->autoscaler;
       s.min = spec->min_replicas;
       s.max = spec->max_replicas;
@@ -423,7 +468,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     last_activity_us = s.last_activity_us;
   }
   fleet::DeploymentSnapshot snap;
-  snap.now_s = static_cast<double>(now_us) / 1e6;
+  snap.now_s = static_cast<double>(now_us) / 1e6 + autoscaler_offset_s_;  // bins of a day are UTC times of day
   for (const Replica& r : current) {
     if (!r.ready) continue;
     snap.replicas.push_back({.id = r.name, .running = r.probe.running, .waiting = r.probe.waiting,
@@ -642,6 +687,16 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     State& s = states_[key];
     if (refused != s.admission_refused && !refused.empty()) spdlog::warn("deployment {}: {}", key, refused);
     s.admission_refused = refused;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const State& s = states_[key];
+    const fleet::LoadForecaster* f = s.autoscaler ? s.autoscaler->learned() : nullptr;
+    if (f != nullptr && f->learned_bins() > 0) {
+      status["forecast"] = ForecastStatus(*f);
+    } else if (old_status.is_object() && old_status.contains("forecast")) {
+      status["forecast"] = old_status["forecast"];  // kept for a policy that learns again
+    }
   }
   if (!refused.empty()) status["error"] = refused;
   if (!invalid.empty()) status["error"] = invalid;

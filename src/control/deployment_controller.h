@@ -24,8 +24,10 @@
 //    new revision and the rest (at least one) the stable one; at weight 100 the stable replicas
 //    are retired like old ones and the new revision becomes stable.
 // 4. status {replicas, readyReplicas, desiredReplicas, revision, stableRevision, canary,
-//    history, endpoints, lastScale, error} is written when it changed. history holds the specs
-//    of the last kHistoryLimit revisions (what `aicloud rollout undo` restores).
+//    history, endpoints, lastScale, forecast, error} is written when it changed. history holds
+//    the specs of the last kHistoryLimit revisions (what `aicloud rollout undo` restores);
+//    forecast, the daily load profile the autoscaler (ours) learned, one value per bin of the
+//    UTC day, given back to the autoscaler of a restarted controller.
 // Replica jobs whose Deployment is gone are deleted. The store is the only state: a restarted
 // server picks up where the last one left off.
 #pragma once
@@ -38,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,6 +109,10 @@ struct DeploymentControllerOptions {
   // (the control plane learns of new jobs after the turn). A refusal is shown in status.error
   // and retried every turn (quota may free up).
   std::function<Status(const nlohmann::json& job, double unseen_gpus, std::string* warning)> admit;
+  // Seconds added to the clock's for the autoscalers, so the bins of a learned daily load profile
+  // are times of day (UTC) and mean the same after a restart. Default: the system clock's time
+  // minus the clock's, taken when the controller is made.
+  std::optional<double> autoscaler_clock_offset_s;
 };
 
 class DeploymentController {
@@ -173,6 +180,7 @@ class DeploymentController {
 
   store::Store* store_;
   Clock* clock_;
+  double autoscaler_offset_s_;  // options_.autoscaler_clock_offset_s, resolved
   Metrics* metrics_;
   DeploymentControllerOptions options_;
   Prober prober_;  // called from several threads at once

@@ -127,9 +127,14 @@ TEST(EngineMetrics, ParsesTheGaugesTheAutoscalerReads) {
 // plays the job controller and the agents by writing job status.
 class DeploymentControllerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Restart(); }
+
+  // A new controller over the same store, as after a restart of the server.
+  void Restart(std::optional<double> autoscaler_clock_offset_s = std::nullopt) {
+    dc_.reset();
     dc_ = std::make_unique<DeploymentController>(
-        &store_, &clock_, &metrics_, DeploymentControllerOptions{.engine_binary = "/bin/aicloud"},
+        &store_, &clock_, &metrics_,
+        DeploymentControllerOptions{.engine_binary = "/bin/aicloud", .autoscaler_clock_offset_s = autoscaler_clock_offset_s},
         [this](const std::string& url) {
           if (probe_hook_) return probe_hook_(url);
           std::lock_guard<std::mutex> l(fake_mu_);  // replicas are probed on several threads at once
@@ -366,6 +371,76 @@ TEST_F(DeploymentControllerTest, ReplicasPassAdmissionAndARefusalIsShownAndRetri
   std::set<std::string> ports;
   for (const json& j : Replicas()) ports.insert(j["metadata"]["labels"][kPortLabel].get<std::string>());
   EXPECT_EQ(ports, (std::set<std::string>{"21000", "21001", "21002"}));
+}
+
+TEST_F(DeploymentControllerTest, TheLearnedDailyProfileOutlivesARestartAndPreWarms) {
+  // The fake clock's 1000 s is 07:55 UTC (bin 95 of the day's 288 five-minute bins).
+  const double offset = 7 * 3600 + 55 * 60 - 1000;
+  Restart(offset);
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}, {"profile", "latency"}});  // 4 sequences a step
+  // A day's 07:55-08:00 is quiet, 08:00-08:05 busy: 12 requests in flight, 3 replicas of work.
+  dc_->Turn();  // the replica
+  for (int t = 0; t <= 600; t += 5) {
+    RunAll({.healthy = true, .running = t < 300 ? 0 : 12});
+    dc_->Turn();
+    clock_.Advance(5'000'000);
+  }
+  const json learned = Status()["forecast"];
+  ASSERT_EQ(learned["learnedBins"], 2) << Status().dump();
+  EXPECT_EQ(learned["periodS"], 86400);
+  EXPECT_EQ(learned["binS"], 300);
+  ASSERT_EQ(learned["profile"].size(), 288u);
+  EXPECT_EQ(learned["profile"][95], 0);
+  EXPECT_EQ(learned["profile"][96], 3) << "bins are UTC times of day";
+  EXPECT_TRUE(learned["profile"][97].is_null());
+
+  // The next day at 07:58, quiet, after a restart that allows 10 replicas: the rise two minutes
+  // ahead is known only from the stored profile. Without it, one replica stays.
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 10}}}, {"profile", "latency"}});
+  clock_.Advance(86'400'000'000 - 605'000'000 + 180'000'000);
+  {
+    json d = *store_.Get({"Deployment", "acme", "chat"});
+    d["status"].erase("forecast");
+    ASSERT_TRUE(store_.Update(d, 0).ok());
+  }
+  Restart(offset);
+  RunAll({.healthy = true, .running = 0});
+  dc_->Turn();
+  EXPECT_EQ(Status()["desiredReplicas"], 1) << Status()["lastScale"].dump();
+
+  {
+    json d = *store_.Get({"Deployment", "acme", "chat"});
+    d["status"]["forecast"] = learned;
+    ASSERT_TRUE(store_.Update(d, 0).ok());
+  }
+  Restart(offset);
+  dc_->Turn();
+  EXPECT_EQ(Status()["desiredReplicas"], 5) << Status()["lastScale"].dump();  // ceil(3 / 0.7)
+  EXPECT_NE(Status()["lastScale"]["reason"].get<std::string>().find("forecast"), std::string::npos)
+      << Status()["lastScale"].dump();
+  EXPECT_EQ(Status()["forecast"]["profile"], learned["profile"]) << "kept through the restart";
+}
+
+TEST_F(DeploymentControllerTest, AStoredProfileThatDoesNotFitIsIgnored) {
+  Restart(0);
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 3}}}});
+  const json bad[] = {
+      json("not an object"),
+      {{"periodS", 3600}, {"binS", 300}, {"profile", json::array()}},
+      {{"periodS", 86400}, {"binS", 300}, {"profile", json::array({1, 2})}},
+      {{"periodS", 86400}, {"binS", 300}, {"profile", "x"}},
+  };
+  for (const json& f : bad) {
+    dc_->Turn();
+    json d = *store_.Get({"Deployment", "acme", "chat"});
+    d["status"]["forecast"] = f;
+    ASSERT_TRUE(store_.Update(d, 0).ok());
+    Restart(0);
+    dc_->Turn();  // warns and learns afresh; the deployment is still served
+    EXPECT_EQ(Status()["desiredReplicas"], 1) << f.dump();
+    EXPECT_EQ(Status()["forecast"], f) << "kept as it was until something is learned";
+    EXPECT_EQ(Replicas().size(), 1u);
+  }
 }
 
 TEST_F(DeploymentControllerTest, ABurstScalesUpWithinMax) {

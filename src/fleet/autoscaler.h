@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "fleet/forecaster.h"
 #include "fleet/snapshot.h"
 
 namespace aicloud::fleet {
@@ -35,6 +36,11 @@ class Autoscaler {
   virtual double tick_seconds() const = 0;
   // REQUIRES: snapshot.now_s does not decrease between calls.
   virtual ScaleDecision Recommend(const DeploymentSnapshot& snapshot) = 0;
+  // The load profile a predictive policy learns (nullptr for the others). A controller stores
+  // it with the deployment and restores it into the autoscaler that replaces this one after a
+  // restart; its bins are periods of now_s, so a controller that wants them to be times of day
+  // passes wall-clock-aligned seconds.
+  virtual LoadForecaster* learned() { return nullptr; }
 };
 
 // "hpa", "kpa", "aibrix", "ours"; InvalidArgument listing them for anything else. `bounds`

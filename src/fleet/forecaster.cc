@@ -38,6 +38,22 @@ void LoadForecaster::Observe(double t_s, double value) {
 
 double LoadForecaster::Profile(double t_s) const { return profile_[static_cast<size_t>(Slot(t_s))]; }
 
+int LoadForecaster::learned_bins() const {
+  return static_cast<int>(std::count_if(profile_.begin(), profile_.end(), [](double v) { return v >= 0; }));
+}
+
+Status LoadForecaster::RestoreProfile(const std::vector<double>& profile) {
+  if (profile.size() != profile_.size()) {
+    return InvalidArgumentError("profile has " + std::to_string(profile.size()) + " bins, want " +
+                                std::to_string(profile_.size()) + " (period / bin)");
+  }
+  for (size_t i = 0; i < profile.size(); ++i) {
+    if (!std::isfinite(profile[i])) return InvalidArgumentError("profile bin " + std::to_string(i) + " is not finite");
+  }
+  for (size_t i = 0; i < profile.size(); ++i) profile_[i] = profile[i] < 0 ? -1.0 : profile[i];
+  return OkStatus();
+}
+
 double LoadForecaster::PeriodicForecast(double now_s, double horizon_s) const {
   const double ahead = Profile(now_s + horizon_s);
   const double here = Profile(now_s);

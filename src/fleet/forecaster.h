@@ -21,6 +21,7 @@
 
 #include <vector>
 
+#include "core/status.h"
 #include "fleet/window.h"
 
 namespace aicloud::fleet {
@@ -48,6 +49,13 @@ class LoadForecaster {
   double PeakAhead(double now_s, double horizon_s) const;
   // The learned value of the bin holding time t (< 0 when not learned yet).
   double Profile(double t_s) const;
+  // The whole learned profile, one value per bin of the period (< 0: not learned yet), to be
+  // stored and given back to a forecaster of the same period and bin after a restart.
+  const std::vector<double>& profile() const { return profile_; }
+  int learned_bins() const;
+  // INVALID_ARGUMENT (nothing changed) for a size other than period / bin or a value that is
+  // not finite. Negative values mean "not learned".
+  Status RestoreProfile(const std::vector<double>& profile);
   double Level(double now_s) const { return recent_.Mean(now_s, config_.level_window_s); }
   const ForecasterConfig& config() const { return config_; }
 

@@ -47,6 +47,42 @@ TEST(LoadForecasterTest, ForecastShiftsTheShapeByTodaysLevel) {
   EXPECT_NEAR(f.PeakAhead(now, 500), 3, 1e-9);
 }
 
+TEST(LoadForecasterTest, ARestoredProfileForecastsAsTheOneItCameFrom) {
+  LoadForecaster learned(Hourly());
+  for (double t = 0; t < 3600; t += 5) learned.Observe(t, t < 1800 ? 2 : 6);
+  ASSERT_EQ(learned.learned_bins(), 59);  // the last bin is still open
+
+  LoadForecaster restored(Hourly());
+  ASSERT_TRUE(restored.RestoreProfile(learned.profile()).ok());
+  EXPECT_EQ(restored.learned_bins(), 59);
+  EXPECT_EQ(restored.profile(), learned.profile());
+  // The next period, one unit hotter: both shift the same shape by the same level.
+  for (double t = 3600; t < 3600 + 1200; t += 5) {
+    learned.Observe(t, 3);
+    restored.Observe(t, 3);
+  }
+  EXPECT_NEAR(restored.PeakAhead(3600 + 1195, 700), 7, 1e-9);
+  EXPECT_DOUBLE_EQ(restored.PeakAhead(3600 + 1195, 700), learned.PeakAhead(3600 + 1195, 700));
+
+  // A profile of another shape or with a value that is not finite changes nothing.
+  LoadForecaster f(Hourly());
+  EXPECT_EQ(f.RestoreProfile(std::vector<double>(59, 1.0)).code(), StatusCode::kInvalidArgument);
+  std::vector<double> nan(60, 1.0);
+  nan[7] = std::nan("");
+  const Status st = f.RestoreProfile(nan);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("bin 7"), std::string::npos) << st.message();
+  EXPECT_EQ(f.learned_bins(), 0);
+  // Negative values are "not learned".
+  std::vector<double> some(60, -1.0);
+  some[3] = 4;
+  some[4] = -7;
+  ASSERT_TRUE(f.RestoreProfile(some).ok());
+  EXPECT_EQ(f.learned_bins(), 1);
+  EXPECT_DOUBLE_EQ(f.Profile(180), 4);
+  EXPECT_LT(f.Profile(240), 0);
+}
+
 TEST(LoadForecasterTest, TrendCatchesARiseButNotAFall) {
   ForecasterConfig c = Hourly();
   c.trend_window_s = 120;

@@ -69,6 +69,7 @@ class SloAutoscaler final : public Autoscaler {
   // Step 1's L for a snapshot.
   static double Load(const DeploymentSnapshot& s);
   const LoadForecaster& forecaster() const { return forecaster_; }
+  LoadForecaster* learned() override { return &forecaster_; }
 
  private:
   SloAutoscalerConfig config_;
