@@ -150,6 +150,46 @@ double SumMetric(std::string_view text, std::string_view name) {
   return sum;
 }
 
+// The value of label `label` on the first sample line of metric `name` ("" when none), with
+// Prometheus' escapes (\\, \", \n) undone.
+std::string FirstLabel(std::string_view text, std::string_view name, std::string_view label) {
+  const std::string key = std::string(name) + "{";
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (!line.starts_with(key)) continue;
+    const std::string want = std::string(label) + "=\"";
+    size_t at = line.find(want, key.size());
+    while (at != std::string_view::npos && line[at - 1] != '{' && line[at - 1] != ',') at = line.find(want, at + 1);
+    if (at == std::string_view::npos) return "";
+    std::string value;
+    for (size_t i = at + want.size(); i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) {
+        ++i;
+        value += line[i] == 'n' ? '\n' : line[i];
+      } else {
+        value += line[i];
+      }
+    }
+    return value;
+  }
+  return "";
+}
+
+// The model name a replica job's engine was started to serve ("" when its command names none).
+std::string ServedModelOf(const json& job) {
+  const json& spec = job.value("spec", json::object());
+  const json command = spec.is_object() ? spec.value("command", json::array()) : json::array();
+  if (!command.is_array()) return "";
+  for (size_t i = 0; i + 1 < command.size(); ++i) {
+    if (command[i] == "--served-model-name" && command[i + 1].is_string()) return command[i + 1].get<std::string>();
+  }
+  return "";
+}
+
 }  // namespace
 
 ReplicaProbe ParseEngineMetrics(std::string_view text) {
@@ -157,6 +197,7 @@ ReplicaProbe ParseEngineMetrics(std::string_view text) {
   p.running = static_cast<int>(SumMetric(text, "vllm:num_requests_running"));
   p.waiting = static_cast<int>(SumMetric(text, "vllm:num_requests_waiting"));
   p.kv_usage = SumMetric(text, "vllm:kv_cache_usage_perc");
+  p.model = FirstLabel(text, "vllm:num_requests_running", "model_name");
   return p;
 }
 
@@ -295,6 +336,15 @@ void DeploymentController::Turn() {
     replicas[TenantOf(j) + "/" + d].push_back(j);
     if (!Terminal(PhaseOf(j))) used_ports.push_back(std::atoi(Label(j, kPortLabel).c_str()));
   }
+  const int64_t now_us = clock_->NowMicros();
+  for (auto it = foreign_ports_.begin(); it != foreign_ports_.end();) {
+    if (it->second <= now_us) {
+      it = foreign_ports_.erase(it);
+    } else {
+      used_ports.push_back(it->first);
+      ++it;
+    }
+  }
   std::map<std::string, std::string> node_addresses;
   // Probe every deployment's running replicas at once: a dead replica of one deployment costs
   // one probe timeout per turn, not one per deployment reconciled after it.
@@ -409,6 +459,21 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       r.ready = r.probe.healthy;
     }
   }
+  // A port answered by an engine of another model is not this replica's: another process holds
+  // it. The replica goes (a new one gets another port) and the port is left alone for a while.
+  std::erase_if(current, [&](const Replica& r) {
+    if (r.url.empty() || !r.probe.healthy || r.probe.model.empty()) return false;
+    const std::string want = ServedModelOf(r.job);
+    if (want.empty() || r.probe.model == want) return false;
+    const int port = std::atoi(Label(r.job, kPortLabel).c_str());
+    spdlog::warn("deployment {}: replica {}: {} is answered by an engine serving '{}', not '{}' (another process "
+                 "holds port {}); replacing the replica on another port",
+                 key, r.name, r.url, r.probe.model, want, port);
+    foreign_ports_[port] = now_us + kForeignPortHoldUs;
+    used_ports->push_back(port);
+    if (store_->Delete({"Job", tenant, r.name}, 0).ok()) *jobs_changed = true;
+    return true;
+  });
   {
     std::lock_guard<std::mutex> l(mu_);
     std::map<std::string, State::Health>& health = states_[key].health;

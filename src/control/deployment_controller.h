@@ -10,7 +10,10 @@
 //
 // Each turn, per Deployment:
 // 1. Its replica jobs are read from the store. A Running job whose engine answers /health is
-//    ready; its /metrics (vLLM names) feed the autoscaler. Finished jobs are deleted.
+//    ready; its /metrics (vLLM names) feed the autoscaler. Finished jobs are deleted. A replica
+//    whose port is answered by an engine serving another model (another server's replica on
+//    the same host, or a process left from before) is deleted and its port not reused for
+//    kForeignPortHoldUs: the gateway never sends it requests.
 // 2. The autoscaler (fleet: ours, hpa, kpa or aibrix) recommends a count within
 //    spec.replicas {min, max}. Requests held at the gateway for a deployment with no ready
 //    replica raise it to at least 1 (scale from zero); with min 0, a deployment with no
@@ -60,13 +63,15 @@ struct ReplicaProbe {
   int running = 0;       // vllm:num_requests_running
   int waiting = 0;       // vllm:num_requests_waiting
   double kv_usage = 0;   // vllm:kv_cache_usage_perc
+  std::string model;     // the model_name label of those metrics ("" when absent)
 };
 
 // base_url "http://127.0.0.1:21000" -> probe. The default uses http::Client with a short timeout.
 using Prober = std::function<ReplicaProbe(const std::string& base_url)>;
 Prober HttpProber(std::chrono::milliseconds timeout);
 
-// Reads the three gauges from a Prometheus text page (summed over labels); absent ones are 0.
+// Reads the three gauges from a Prometheus text page (summed over labels; absent ones are 0)
+// and the model_name label of the first running-requests line.
 ReplicaProbe ParseEngineMetrics(std::string_view text);
 
 struct ServingEndpoint {
@@ -93,6 +98,9 @@ struct ServingRoute {
 inline constexpr int kProbeFailures = 3;
 // A deployment's replicas are probed together, this many at a time.
 inline constexpr size_t kProbeParallelism = 16;
+
+// How long a replica port found answered by another engine is not given to new replicas.
+inline constexpr int64_t kForeignPortHoldUs = 600'000'000;
 
 // Revisions remembered in a Deployment's status.history.
 inline constexpr int kHistoryLimit = 10;
@@ -195,6 +203,7 @@ class DeploymentController {
   std::thread thread_;
   Counter* scale_events_ = nullptr;
   uint64_t serial_ = 0;  // Turn() only
+  std::map<int, int64_t> foreign_ports_;  // Turn() only: port -> until (clock µs)
   std::map<std::string, double> admitted_gpus_;  // tenant -> GPUs of replicas admitted this turn; Turn() only
 };
 

@@ -121,6 +121,10 @@ TEST(EngineMetrics, ParsesTheGaugesTheAutoscalerReads) {
   EXPECT_EQ(p.running, 5);
   EXPECT_EQ(p.waiting, 7);
   EXPECT_DOUBLE_EQ(p.kv_usage, 0.25);
+  EXPECT_EQ(p.model, "a");
+  EXPECT_EQ(ParseEngineMetrics("vllm:num_requests_running{engine=\"0\",model_name=\"q\\\"x\\\\y\"} 1\n").model, "q\"x\\y");
+  EXPECT_EQ(ParseEngineMetrics("vllm:num_requests_running{xmodel_name=\"no\"} 1\n").model, "");
+  EXPECT_EQ(ParseEngineMetrics("vllm:num_requests_running 1\n").model, "");
 }
 
 // The controller against a store, a fake clock and a fake prober: replicas are Jobs; a test
@@ -441,6 +445,34 @@ TEST_F(DeploymentControllerTest, AStoredProfileThatDoesNotFitIsIgnored) {
     EXPECT_EQ(Status()["forecast"], f) << "kept as it was until something is learned";
     EXPECT_EQ(Replicas().size(), 1u);
   }
+}
+
+TEST_F(DeploymentControllerTest, APortAnsweredByAnotherModelsEngineIsNotRoutedToAndNotReused) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  const std::string first = Replicas()[0]["metadata"]["name"];
+  ASSERT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21000");
+  // Another server's replica (or a process left from before) answers on 21000.
+  RunAll({.healthy = true, .model = "someone-else"});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  EXPECT_NE(Replicas()[0]["metadata"]["name"], first) << "replaced";
+  EXPECT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21001");
+  EXPECT_EQ(Status()["readyReplicas"], 0);
+  for (const ServingEndpoint& e : dc_->Routes()[0].endpoints) EXPECT_FALSE(e.ready) << e.url;
+
+  // The new replica's own engine answers: ready and routed. 21000 stays skipped meanwhile.
+  RunAll({.healthy = true, .model = "chat"});
+  dc_->Turn();
+  EXPECT_EQ(Status()["readyReplicas"], 1);
+  ASSERT_EQ(dc_->Routes()[0].endpoints.size(), 1u);
+  EXPECT_EQ(dc_->Routes()[0].endpoints[0].url, "http://127.0.0.1:21001");
+  Apply({{"model", "/m"}, {"replicas", {{"min", 2}, {"max", 2}}}});
+  dc_->Turn();
+  std::set<std::string> ports;
+  for (const json& j : Replicas()) ports.insert(j["metadata"]["labels"][kPortLabel].get<std::string>());
+  EXPECT_EQ(ports, (std::set<std::string>{"21001", "21002"}));
 }
 
 TEST_F(DeploymentControllerTest, ABurstScalesUpWithinMax) {
