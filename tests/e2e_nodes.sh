@@ -3,7 +3,9 @@
 # node pool of 2 (nodes register 2 s after power-on). A gang job of 2 workers x 2 GPUs cannot be
 # placed on the one node: one node is powered on (the other worker fits on the first), the job
 # runs and succeeds, and the added node is cordoned and powered off once it stayed empty for
-# --node-unneeded.
+# --node-unneeded. Then consolidation: a 1-GPU job labelled aicloud/safe-to-evict lands on a new
+# node while sim-0 is full; once sim-0 has room, the added node (half used, under
+# --node-consolidate-below 0.6) is drained, the job requeued onto sim-0, and the node powered off.
 # Usage: tests/e2e_nodes.sh path/to/aicloud   (run from the repository root by ctest)
 # Needs jq. Prints PASS/FAIL lines; exits 1 when a check failed.
 set -u
@@ -25,7 +27,7 @@ export AICLOUD_CONFIG=$tmp/admin.json
 nodes() { "$bin" get nodes -o json 2>/dev/null | jq -c "$1"; }
 
 "$bin" up --data-dir "$tmp/up" --port 0 --sim-nodes 1 --gpus-per-node 2 --node-pool 2 \
-  --node-provision-delay 2s --node-pending 2s --node-unneeded 6s >"$tmp/up.log" 2>&1 &
+  --node-provision-delay 2s --node-pending 2s --node-unneeded 6s --node-consolidate-below 0.6 >"$tmp/up.log" 2>&1 &
 up_pid=$!
 wait_until 30 grep -qs "aicloud up: ready" "$tmp/up.log" || { fail up "$(tail -5 "$tmp/up.log")"; exit 1; }
 grep -q "cluster autoscaler on: up to 2" "$tmp/up.log" && pass up || fail up "$(head -8 "$tmp/up.log")"
@@ -76,6 +78,50 @@ wait_until 30 sh -c "'$bin' get nodes -o json 2>/dev/null | jq -e '[.items[] | s
   && pass $c || fail $c "$(nodes '[.items[] | {n: .metadata.name, p: .status.phase}]')"
 grep -q "sim-0" <<<"$(nodes '[.items[] | select(.spec.unschedulable != true) | .metadata.name]')" \
   && pass own-node-kept || fail own-node-kept "$(nodes '[.items[] | {n: .metadata.name, u: .spec.unschedulable}]')"
+
+# Consolidation. sim-0 is filled for 10 s; the evictable job goes to a new node meanwhile.
+cat >"$tmp/hold.yaml" <<YAML
+apiVersion: aicloud/v1
+kind: Job
+metadata: {name: hold, tenant: demo}
+spec:
+  command: "sleep 10"
+  resources: {cpu: "1", memory: 1Gi, gpu: {count: 2}}
+YAML
+cat >"$tmp/small.yaml" <<YAML
+apiVersion: aicloud/v1
+kind: Job
+metadata: {name: small, tenant: demo, labels: {aicloud/safe-to-evict: "true"}}
+spec:
+  command: "echo started on \$(hostname); sleep 300"
+  restartPolicy: OnFailure
+  resources: {cpu: "1", memory: 1Gi, gpu: {count: 1}}
+YAML
+"$bin" apply -f "$tmp/hold.yaml" >/dev/null 2>&1 || fail apply-hold "$("$bin" apply -f "$tmp/hold.yaml" 2>&1)"
+wait_until 10 sh -c "[ \"\$('$bin' get job hold -o json 2>/dev/null | jq -r .status.phase)\" = Running ]" || fail hold "not running"
+"$bin" apply -f "$tmp/small.yaml" >/dev/null 2>&1 || fail apply-small "$("$bin" apply -f "$tmp/small.yaml" 2>&1)"
+small() { "$bin" get job small -o json 2>/dev/null | jq -r "$1"; }
+c=evictable-job-on-added-node
+if wait_until 60 sh -c "'$bin' get job small -o json 2>/dev/null | jq -e '.status.phase == \"Running\" and (.status.workers[0].node | startswith(\"auto-\"))' >/dev/null"; then
+  first=$(small '.status.workers[0].node')
+  pass "$c ($first)"
+else
+  first=
+  fail $c "$(small .status); $(grep 'node autoscaler' "$tmp/up.log" | tail -3)"
+fi
+c=consolidated-onto-sim-0
+if [ -n "$first" ] && wait_until 90 sh -c "'$bin' get job small -o json 2>/dev/null | jq -e '.status.phase == \"Running\" and .status.workers[0].node == \"sim-0\"' >/dev/null"; then
+  pass "$c ($(grep -o "consolidating $first ([^)]*)" "$tmp/up.log" | head -1))"
+else
+  fail $c "$(small '.status | {phase, reason, message, node: .workers[0].node}'); $(grep 'node autoscaler' "$tmp/up.log" | tail -4)"
+fi
+c=consolidated-node-powered-off
+if [ -n "$first" ] && wait_until 30 grep -qs "powering off $first (consolidated)" "$tmp/up.log"; then
+  pass "$c ($first)"
+else
+  fail $c "$(grep 'node autoscaler' "$tmp/up.log" | tail -4)"
+fi
+"$bin" delete job small >/dev/null 2>&1
 
 [ $failed = 0 ] && echo "e2e_nodes: all checks passed" || { echo "e2e_nodes: FAILED"; grep -v '^usage' "$tmp/up.log" | tail -30; }
 exit $failed

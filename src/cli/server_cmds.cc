@@ -79,6 +79,7 @@ struct ServerFlags {
   int node_gpus = 8;               // shape of a node it adds
   std::string node_gpu_model = "H100";
   int node_cpus = 64, node_memory_gib = 512;
+  double node_consolidate_below = 0.5;
 };
 
 StatusOr<control::NodeAutoscalerOptions> ToNodeOptions(const ServerFlags& f) {
@@ -92,6 +93,10 @@ StatusOr<control::NodeAutoscalerOptions> ToNodeOptions(const ServerFlags& f) {
     if (!d.ok()) return InvalidArgumentError(std::string(flag) + ": " + std::string(d.status().message()));
     *out = *d;
   }
+  if (!(f.node_consolidate_below >= 0 && f.node_consolidate_below <= 1)) {
+    return InvalidArgumentError("--node-consolidate-below: must be a share between 0 and 1 (0: never move work)");
+  }
+  o.consolidate_below = f.node_consolidate_below;
   return o;
 }
 
@@ -123,6 +128,9 @@ void AddServerFlags(CLI::App* cmd, ServerFlags* f) {
   cmd->add_option("--node-pool", f->node_pool, "nodes the cluster autoscaler may add for unschedulable jobs (default 0: off)");
   cmd->add_option("--node-pending", f->node_pending, "how long a job stays unschedulable before nodes are added (default 10s)");
   cmd->add_option("--node-unneeded", f->node_unneeded, "idle time before an added node is powered off (default 10m)");
+  cmd->add_option("--node-consolidate-below", f->node_consolidate_below,
+                  "empty and power off an added node whose work uses less than this share of it and fits on the "
+                  "other nodes, after --node-unneeded (default 0.5; 0: never move work)");
   cmd->add_option("--node-provision-timeout", f->node_provision_timeout, "power-on to registration, then given up (default 15m)");
   cmd->add_option("--node-gpus", f->node_gpus, "GPUs of an added node (default 8)");
   cmd->add_option("--node-gpu-model", f->node_gpu_model, "their model (default H100)");

@@ -83,6 +83,9 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const nlohmann::json& spec, const s
 inline constexpr char kDeploymentLabel[] = "aicloud/deployment";
 inline constexpr char kRevisionLabel[] = "aicloud/revision";
 inline constexpr char kPortLabel[] = "aicloud/port";
+// Set to "true" (by the node autoscaler, to empty a node): the replica is replaced elsewhere like
+// one of an old revision, within maxSurge / maxUnavailable.
+inline constexpr char kEvictLabel[] = "aicloud/evict";
 
 // The Job object of one replica: `engine_binary engine --model ... --port port` with the
 // deployment's resources, restart policy OnFailure, and the labels above.

@@ -609,8 +609,11 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     }
   }
   std::vector<Replica*> fresh, stable, old;
+  // A replica labelled for eviction (its node is being emptied) is replaced like one of an old
+  // revision: its successor starts first (on another node: this one is cordoned).
   for (Replica& r : current) {
-    (r.revision == revision ? fresh : stable_spec && r.revision == stable_rev ? stable : old).push_back(&r);
+    const bool evicted = Label(r.job, kEvictLabel) == "true";
+    (evicted ? old : r.revision == revision ? fresh : stable_spec && r.revision == stable_rev ? stable : old).push_back(&r);
   }
   auto remove = [&](Replica* r) {
     if (store_->Delete({"Job", tenant, r->name}, 0).ok()) {

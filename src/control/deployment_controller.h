@@ -22,6 +22,8 @@
 // 3. Replica jobs are created or deleted toward that count. Replicas of an older revision
 //    (spec template hash) are replaced one by one: new ones are created up to desired +
 //    maxSurge, an old one is deleted only while ready replicas stay >= desired - maxUnavailable.
+//    A replica labelled aicloud/evict=true (the node autoscaler is emptying its node) is
+//    replaced the same way, whatever its revision.
 //    With strategy Canary, the stable revision (the last one fully rolled out, kept in
 //    status.history) keeps running: of `desired`, canaryWeight percent (at least one) run the
 //    new revision and the rest (at least one) the stable one; at weight 100 the stable replicas

@@ -520,6 +520,39 @@ TEST_F(DeploymentControllerTest, RollingUpdateKeepsReadyReplicasAndReplacesOldOn
   for (const json& j : r) EXPECT_NE(j["metadata"]["labels"][kRevisionLabel], old_rev);
 }
 
+TEST_F(DeploymentControllerTest, AReplicaLabelledForEvictionIsReplacedBeforeItGoes) {
+  // The node autoscaler empties a node: the replica there gets a successor first (maxSurge 1,
+  // maxUnavailable 0), and goes once the successor is ready; the others are left alone.
+  Apply({{"model", "/m"}, {"replicas", {{"min", 2}, {"max", 2}}}, {"autoscaler", {{"policy", "hpa"}}}});
+  dc_->Turn();
+  RunAll();
+  dc_->Turn();
+  std::vector<json> r = Replicas();
+  ASSERT_EQ(r.size(), 2u);
+  const std::string evicted = r[0]["metadata"]["name"], kept = r[1]["metadata"]["name"];
+  json marked = r[0];
+  marked["metadata"]["labels"][kEvictLabel] = "true";
+  ASSERT_TRUE(store_.Update(marked, 0).ok());
+  dc_->Turn();
+  std::set<std::string> names;
+  for (const json& j : Replicas()) names.insert(j["metadata"]["name"]);
+  ASSERT_EQ(names.size(), 3u) << "a successor is started, the evicted replica kept while it is not ready";
+  EXPECT_TRUE(names.count(evicted) && names.count(kept));
+  dc_->Turn();  // the successor is not ready yet: nothing goes
+  EXPECT_EQ(Replicas().size(), 3u);
+  RunAll();
+  dc_->Turn();
+  names.clear();
+  for (const json& j : Replicas()) names.insert(j["metadata"]["name"]);
+  EXPECT_EQ(names.size(), 2u);
+  EXPECT_FALSE(names.count(evicted)) << "the evicted replica goes once its successor is ready";
+  EXPECT_TRUE(names.count(kept));
+  EXPECT_EQ(Status()["readyReplicas"], 2);
+  // The label gone before that (the move was abandoned): nothing is replaced.
+  dc_->Turn();
+  EXPECT_EQ(Replicas().size(), 2u);
+}
+
 TEST_F(DeploymentControllerTest, FailedReplicasAreReplacedAndDeletedDeploymentsCleanedUp) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
   dc_->Turn();

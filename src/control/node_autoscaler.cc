@@ -11,6 +11,7 @@
 
 #include "cluster/catalog.h"
 #include "control/control_plane.h"
+#include "control/deployment.h"
 #include "control/job.h"
 
 namespace aicloud::control {
@@ -30,6 +31,59 @@ int64_t WorkerGpus(const JobSpec& s) { return s.gpu_kind == sched::GpuKind::kNon
 std::string CanonicalModel(const std::string& name) {
   const cluster::GpuModelSpec* m = cluster::FindGpuModel(name);
   return m != nullptr ? m->name : name;
+}
+
+// A job with workers on a node, as consolidation sees it.
+struct Resident {
+  std::string tenant, name;
+  bool movable = false;   // a Deployment replica or labelled safe-to-evict, with a spec we read
+  bool replica = false;   // a Deployment replica: its controller starts a successor first
+  bool marked = false;    // labelled aicloud/evict=true already
+  int64_t gpus = 0, cpu = 0, mem = 0;  // one worker's
+  std::vector<std::string> models;     // GPU models it accepts; empty = any
+  int workers = 0;                     // of its workers, on this node
+};
+
+// True when every worker of `residents` finds room in `room` (first fit, taken from it).
+bool FitsFirstFit(const std::vector<Resident>& residents, std::map<std::string, Room> room) {
+  for (const Resident& r : residents) {
+    auto model_ok = [&](const std::string& model) {
+      return r.models.empty() || model.empty() || std::find(r.models.begin(), r.models.end(), model) != r.models.end();
+    };
+    for (int w = 0; w < r.workers; ++w) {
+      bool placed = false;
+      for (auto& [name, left] : room) {
+        if (left.gpus >= r.gpus && left.cpu >= r.cpu && left.mem >= r.mem && (r.gpus == 0 || model_ok(left.model))) {
+          left.gpus -= r.gpus, left.cpu -= r.cpu, left.mem -= r.mem;
+          placed = true;
+          break;
+        }
+      }
+      if (!placed) return false;
+    }
+  }
+  return true;
+}
+
+// Sets (or removes) label `key` = "true" on a Job, retrying conflicting writes.
+Status SetJobLabel(store::Store* store, const std::string& tenant, const std::string& name, const char* key, bool set) {
+  for (int tries = 0; tries < 5; ++tries) {
+    StatusOr<json> cur = store->Get({"Job", tenant, name});
+    if (!cur.ok()) return cur.status();
+    json o = *cur;
+    json& labels = o["metadata"]["labels"];
+    if (!labels.is_object()) labels = json::object();
+    if (set == (labels.value(key, "") == "true")) return OkStatus();
+    if (set) {
+      labels[key] = "true";
+    } else {
+      labels.erase(key);
+    }
+    StatusOr<json> w = store->Update(o, store::ResourceVersionOf(*cur));
+    if (w.ok()) return OkStatus();
+    if (w.status().code() != StatusCode::kAborted) return w.status();
+  }
+  return AbortedError("Job " + tenant + "/" + name + ": too many concurrent writers");
 }
 
 // Quotes a word for /bin/sh.
@@ -134,6 +188,9 @@ NodeAutoscaler::NodeAutoscaler(store::Store* store, ControlPlane* control, Clock
                                       "Nodes the cluster autoscaler powered on", {});
     powered_off_ = metrics->AddCounter("aicloud_node_autoscaler_powered_off_total",
                                        "Nodes the cluster autoscaler powered off", {"reason"});
+    consolidations_ = metrics->AddCounter("aicloud_node_autoscaler_consolidations_total",
+                                          "Nodes the cluster autoscaler began to empty, and those it gave up on",
+                                          {"outcome"});
   }
 }
 
@@ -187,22 +244,27 @@ void NodeAutoscaler::Turn() {
   // Which nodes are Ready, which are busy, which did we add.
   std::map<std::string, bool> ready;
   std::set<std::string> labelled;
-  std::map<std::string, Room> free;  // Ready, schedulable nodes: capacity, then minus what runs there
+  std::map<std::string, Room> free;      // Ready, schedulable nodes: capacity, then minus what runs there
+  std::map<std::string, Room> capacity;  // Ready nodes' capacity
   for (const json& n : nodes->items) {
     const std::string name = n["metadata"].value("name", "");
     ready[name] = n.value("status", json::object()).value("phase", "") == "Ready";
     const json spec = n.value("spec", json::object());
-    if (ready[name] && spec.is_object() && !spec.value("unschedulable", false)) {
+    if (ready[name] && spec.is_object()) {
       const json gpus = spec.value("gpus", json::array());
-      free[name] = {.gpus = static_cast<int64_t>(gpus.size()),
-                    .cpu = spec.value("cpuMillis", int64_t{0}),
-                    .mem = spec.value("memoryBytes", int64_t{0}) >> 20,
-                    .model = gpus.empty() ? "" : CanonicalModel(gpus[0].value("model", ""))};
+      capacity[name] = {.gpus = gpus.is_array() ? static_cast<int64_t>(gpus.size()) : 0,
+                        .cpu = spec.value("cpuMillis", int64_t{0}),
+                        .mem = spec.value("memoryBytes", int64_t{0}) >> 20,
+                        .model = gpus.is_array() && !gpus.empty() && gpus[0].is_object()
+                                     ? CanonicalModel(gpus[0].value("model", ""))
+                                     : ""};
+      if (!spec.value("unschedulable", false)) free[name] = capacity[name];
     }
     const json labels = n["metadata"].value("labels", json::object());
     if (labels.is_object() && labels.value(kAutoscaledLabel, "") == "true") labelled.insert(name);
   }
   std::set<std::string> busy;
+  std::map<std::string, std::vector<Resident>> on_node;  // the jobs with workers on each node
   struct Pending {
     std::string key;
     JobSpec spec;
@@ -213,10 +275,24 @@ void NodeAutoscaler::Turn() {
     const std::string phase = st.is_object() ? st.value("phase", "Pending") : "Pending";
     if (phase == "Succeeded" || phase == "Failed") continue;
     StatusOr<JobSpec> spec = ParseJobSpec(j.value("spec", json::object()));
+    const json labels = j["metadata"].value("labels", json::object());
+    auto label = [&](const char* key) { return labels.is_object() ? labels.value(key, "") : std::string(); };
     for (const json& w : st.value("workers", json::array())) {
       const std::string node = w.is_object() ? w.value("node", "") : "";
       if (node.empty()) continue;
       busy.insert(node);
+      std::vector<Resident>& here = on_node[node];
+      const std::string name = j["metadata"].value("name", "");
+      if (here.empty() || here.back().name != name) {
+        Resident r{.tenant = j["metadata"].value("tenant", ""), .name = name};
+        r.replica = !label(kDeploymentLabel).empty();
+        r.movable = spec.ok() && (r.replica || label(kSafeToEvictLabel) == "true");
+        r.marked = label(kEvictLabel) == "true";
+        if (spec.ok()) r.gpus = WorkerGpus(*spec), r.cpu = spec->cpu_milli, r.mem = spec->mem_mib;
+        if (spec.ok()) for (const std::string& m : spec->gpu_models) r.models.push_back(CanonicalModel(m));
+        here.push_back(std::move(r));
+      }
+      ++here.back().workers;
       auto it = free.find(node);
       if (it != free.end() && spec.ok()) {
         it->second.gpus -= WorkerGpus(*spec);
@@ -229,8 +305,13 @@ void NodeAutoscaler::Turn() {
     }
   }
 
-  std::vector<std::string> to_power_on, to_cordon, to_uncordon;
+  std::vector<std::string> to_power_on, to_cordon, to_uncordon, to_drain;
   std::vector<std::pair<std::string, std::string>> off_reasons;
+  struct Move {
+    std::string node, why;
+    std::vector<Resident> residents;
+  };
+  std::vector<Move> to_consolidate, to_abandon;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!loaded_) {  // nodes a previous server added
@@ -260,6 +341,10 @@ void NodeAutoscaler::Turn() {
         if (now - a.not_ready_since_us > options_.provision_timeout.count() * 1000) off_reasons.emplace_back(name, "lost");
       } else {
         a.not_ready_since_us = 0;
+      }
+      if (a.consolidating_since_us != 0) {  // being emptied (step 3): gone once empty
+        if (a.registered && ready[name] && !busy.count(name)) off_reasons.emplace_back(name, "consolidated");
+        continue;
       }
       if (!a.registered || !ready[name] || busy.count(name)) {
         if (a.cordoned && busy.count(name)) {  // bound while the cordon was written: keep it
@@ -292,7 +377,90 @@ void NodeAutoscaler::Turn() {
       }
     }
 
-    // 3. Scale up, one wave at a time.
+    // 3. Consolidation: empty an underused node whose work fits on the nodes that stay.
+    bool in_flight = false;
+    for (const auto& [name, a] : added_) in_flight |= !a.registered;
+    std::string moving;  // the node being emptied
+    for (const auto& [name, a] : added_) {
+      if (a.consolidating_since_us != 0) moving = name;
+    }
+    bool moving_now = !moving.empty();  // no scale-up this turn: the moved work is still landing
+    if (!moving.empty()) {
+      Added& a = added_[moving];
+      std::string why;
+      for (const Pending& p : pending) {
+        auto w = waiting_.find(p.key);
+        if (w != waiting_.end() && now - w->second.since_us >= options_.pending_for.count() * 1000) {
+          why = "job " + p.key + " has found no room meanwhile";
+          break;
+        }
+      }
+      for (const Resident& r : on_node[moving]) {
+        if (why.empty() && !r.movable) why = "job " + r.tenant + "/" + r.name + " runs there and cannot move";
+      }
+      if (why.empty() && now - a.consolidating_since_us > options_.provision_timeout.count() * 1000) {
+        why = fmt::format("its work has not moved within {} s", options_.provision_timeout.count() / 1000);
+      }
+      if (!why.empty()) {
+        a.consolidating_since_us = 0;
+        a.drained = false;
+        a.consolidate_retry_us = now + options_.backoff.count() * 1000;
+        to_abandon.push_back({moving, why, on_node[moving]});
+      } else if (!a.drained && std::none_of(on_node[moving].begin(), on_node[moving].end(),
+                                            [](const Resident& r) { return r.replica; })) {
+        a.drained = true;  // the replicas have gone: now the jobs that can be requeued
+        to_drain.push_back(moving);
+      }
+    } else if (options_.consolidate_below > 0 && pending.empty() && !in_flight) {
+      // Room on the nodes that stay: not ours, or ours with work on them (moving work onto an
+      // empty node of ours would only swap which node goes).
+      std::map<std::string, Room> stays = free;
+      for (const auto& [name, a] : added_) {
+        if (!busy.count(name) || a.cordoned) stays.erase(name);
+      }
+      std::string best;
+      double best_use = 2;
+      for (auto& [name, a] : added_) {
+        double use = 1;
+        bool candidate = false;
+        if (a.registered && ready[name] && busy.count(name) && free.count(name) && now >= a.consolidate_retry_us) {
+          const Room& cap = capacity[name];
+          int64_t g = 0, c = 0, m = 0;
+          bool movable = true;
+          for (const Resident& r : on_node[name]) {
+            g += r.gpus * r.workers, c += r.cpu * r.workers, m += r.mem * r.workers;
+            movable &= r.movable;
+          }
+          auto share = [](int64_t used, int64_t total) { return total > 0 ? static_cast<double>(used) / total : 1.0; };
+          use = cap.gpus > 0 ? share(g, cap.gpus) : std::max(share(c, cap.cpu), share(m, cap.mem));
+          if (movable && use < options_.consolidate_below) {
+            std::map<std::string, Room> others = stays;
+            others.erase(name);
+            candidate = FitsFirstFit(on_node[name], std::move(others));
+          }
+        }
+        if (!candidate) {
+          a.underused_since_us = 0;
+          continue;
+        }
+        if (a.underused_since_us == 0) a.underused_since_us = now;
+        if (now - a.underused_since_us >= options_.unneeded_for.count() * 1000 && use < best_use) {
+          best = name;
+          best_use = use;
+        }
+      }
+      if (!best.empty()) {
+        Added& a = added_[best];
+        a.consolidating_since_us = now;
+        a.underused_since_us = 0;
+        a.drained = std::none_of(on_node[best].begin(), on_node[best].end(), [](const Resident& r) { return r.replica; });
+        to_consolidate.push_back({best, fmt::format("{:.0f}% of it in use", best_use * 100), on_node[best]});
+        if (a.drained) to_drain.push_back(best);
+        moving_now = true;
+      }
+    }
+
+    // 4. Scale up, one wave at a time.
     std::set<std::string> seen;
     int64_t gpus = 0, cpu = 0, mem = 0;
     const NodeShape shape = provisioner_->Shape();
@@ -332,9 +500,7 @@ void NodeAutoscaler::Turn() {
       }
       if (gpus != gpus_before || cpu != cpu_before || mem != mem_before) causes.emplace_back(p.key, &w);
     }
-    bool in_flight = false;
-    for (const auto& [name, a] : added_) in_flight |= !a.registered;
-    if (!in_flight && (gpus > 0 || cpu > 0 || mem > 0)) {
+    if (!in_flight && !moving_now && (gpus > 0 || cpu > 0 || mem > 0)) {
       auto ceil_div = [](int64_t a, int64_t b) { return b <= 0 ? (a > 0 ? 1 << 20 : 0) : (a + b - 1) / b; };
       int64_t want = std::max({ceil_div(gpus, shape.gpus), ceil_div(cpu, shape.cpu_millis), ceil_div(mem, shape.memory_mib)});
       want = std::min<int64_t>(want, options_.max_nodes - static_cast<int>(added_.size()));
@@ -378,6 +544,43 @@ void NodeAutoscaler::Turn() {
   }
   for (const std::string& name : to_uncordon) {
     if (control_ != nullptr) (void)control_->Cordon(name, false);
+  }
+  for (const Move& m : to_consolidate) {
+    Status c = control_ != nullptr ? control_->Cordon(m.node, true) : OkStatus();
+    if (!c.ok()) {
+      spdlog::warn("node autoscaler: {} could be emptied ({}), but cordon failed (tried again later): {}", m.node, m.why,
+                   std::string(c.message()));
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = added_.find(m.node); it != added_.end()) it->second.consolidating_since_us = 0;
+      std::erase(to_drain, m.node);
+      continue;
+    }
+    int replicas = 0, requeued = 0;
+    for (const Resident& r : m.residents) {
+      (r.replica ? replicas : requeued) += 1;
+      if (!r.replica) continue;
+      Status l = SetJobLabel(store_, r.tenant, r.name, kEvictLabel, true);
+      if (!l.ok()) spdlog::warn("node autoscaler: replica {}/{}: {}", r.tenant, r.name, std::string(l.message()));
+    }
+    spdlog::info("node autoscaler: consolidating {} ({}; its work fits on the other nodes): cordoned; {} replica(s) "
+                 "replaced elsewhere, then {} job(s) requeued; powered off once empty",
+                 m.node, m.why, replicas, requeued);
+    if (consolidations_ != nullptr) consolidations_->Inc({"started"});
+  }
+  for (const std::string& name : to_drain) {
+    Status d = control_ != nullptr ? control_->Drain(name) : OkStatus();
+    if (!d.ok()) spdlog::warn("node autoscaler: drain {}: {}", name, std::string(d.message()));
+  }
+  for (const Move& m : to_abandon) {
+    spdlog::warn("node autoscaler: consolidation of {} abandoned: {}; node uncordoned, not tried again for {} s",
+                 m.node, m.why, options_.backoff.count() / 1000);
+    if (control_ != nullptr) (void)control_->Cordon(m.node, false);
+    for (const Resident& r : m.residents) {
+      if (!r.marked) continue;
+      Status l = SetJobLabel(store_, r.tenant, r.name, kEvictLabel, false);
+      if (!l.ok()) spdlog::warn("node autoscaler: replica {}/{}: {}", r.tenant, r.name, std::string(l.message()));
+    }
+    if (consolidations_ != nullptr) consolidations_->Inc({"abandoned"});
   }
   for (const auto& [name, reason] : off_reasons) {
     Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();

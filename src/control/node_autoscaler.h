@@ -22,8 +22,21 @@
 //    powered off at a later turn if still no job is on it (one the scheduler bound while the
 //    cordon was being written shows up by then: the node is uncordoned and kept). One that
 //    stays NotReady for `provision_timeout` after it had registered is powered off too (and its
-//    slot freed). Nodes it did not add are never touched; busy nodes are not drained to
-//    consolidate (a job is never moved to save a node).
+//    slot freed). Nodes it did not add are never touched.
+// 3. Consolidate (with `consolidate_below` > 0). A node it added whose work uses less than that
+//    share of it (GPUs requested / GPUs; CPU-only nodes: the larger of CPU and memory) for
+//    `unneeded_for`, whose every job can move, and whose workers all fit (first fit) in the room
+//    left on the other Ready nodes, is emptied and then powered off, as cluster-autoscaler's
+//    utilization-based scale-down (--scale-down-utilization-threshold 0.5) and Karpenter's
+//    consolidation do. One node at a time, and only while no job waits for room and no node is
+//    being provisioned. The node is cordoned; Deployment replicas on it are labelled
+//    aicloud/evict=true and their controller replaces them like replicas of an old revision
+//    (the new one is started elsewhere first, within maxSurge / maxUnavailable); jobs labelled
+//    aicloud/safe-to-evict=true are drained once no replica is left there (their attempt ends
+//    and they are requeued, not counted as a failure). Other jobs pin their node (a training
+//    job is never stopped to save a node). It is abandoned (node uncordoned, labels taken off,
+//    not tried again for `backoff`) when a job has waited `pending_for` for room meanwhile (the
+//    replacements do not fit after all) or it has not finished within `provision_timeout`.
 // A powered-off node's name is reused only once its Node is no longer Ready (its last heartbeat
 // ages out), so the old machine's Node object is never taken for the new one registering.
 // The nodes it added carry the label aicloud/autoscaled=true on their Node object, so a
@@ -52,6 +65,8 @@ namespace aicloud::control {
 class ControlPlane;
 
 inline constexpr char kAutoscaledLabel[] = "aicloud/autoscaled";
+// A job with this label set to "true" may be stopped and requeued to empty a node it runs on.
+inline constexpr char kSafeToEvictLabel[] = "aicloud/safe-to-evict";
 
 // The capacity one new node brings.
 struct NodeShape {
@@ -121,6 +136,7 @@ struct NodeAutoscalerOptions {
   std::chrono::milliseconds tick{2000};
   std::chrono::milliseconds backoff{300000};       // a job's second wave waits this long
   std::chrono::milliseconds max_backoff{1800000};  // doubling up to this
+  double consolidate_below = 0.5;  // step 3's utilization threshold; 0 = never move work
   std::string name_prefix = "auto-";
 };
 
@@ -145,6 +161,10 @@ class NodeAutoscaler {
     int64_t idle_since_us = 0;       // 0 = busy (or not yet seen idle)
     int64_t not_ready_since_us = 0;  // registered, then NotReady since; 0 = Ready
     bool cordoned = false;           // scale-down began: powered off at a later turn if still empty
+    int64_t underused_since_us = 0;  // 0 = not a consolidation candidate (yet)
+    int64_t consolidating_since_us = 0;  // 0 = not being emptied
+    bool drained = false;            // its safe-to-evict jobs were drained
+    int64_t consolidate_retry_us = 0;  // an abandoned consolidation is not tried again before this
   };
   struct Waiting {  // a job Pending as Unschedulable
     int64_t since_us = 0;
@@ -161,6 +181,7 @@ class NodeAutoscaler {
   NodeAutoscalerOptions options_;
   Counter* powered_on_ = nullptr;
   Counter* powered_off_ = nullptr;
+  Counter* consolidations_ = nullptr;
 
   mutable std::mutex mu_;
   std::map<std::string, Added> added_;               // GUARDED_BY(mu_)

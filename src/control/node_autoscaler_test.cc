@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "control/deployment.h"
 #include "store/memory_store.h"
 
 namespace aicloud::control {
@@ -36,6 +37,15 @@ class FakeProvisioner : public NodeProvisioner {
     o["spec"] = {{"cpuMillis", 64000}};
     o["status"] = {{"phase", "Ready"}};
     ASSERT_TRUE((cur.ok() ? store_->Update(o, 0) : store_->Create(o)).ok());
+  }
+  // A node with `gpus` H100s, 64 CPUs and 512 GiB registered (its agent, or one not ours).
+  void RegisterWithGpus(const std::string& n, int gpus) {
+    Register(n);
+    json o = *store_->Get({"Node", "", n});
+    o["spec"]["gpus"] = json::array();
+    for (int i = 0; i < gpus; ++i) o["spec"]["gpus"].push_back({{"model", "H100"}});
+    o["spec"]["memoryBytes"] = int64_t{512} << 30;
+    ASSERT_TRUE(store_->Update(o, 0).ok());
   }
   void SetPhase(const std::string& n, const std::string& phase) {
     StatusOr<json> cur = store_->Get({"Node", "", n});
@@ -77,11 +87,206 @@ class NodeAutoscalerTest : public ::testing::Test {
     return {{"command", "x"}, {"workers", workers}, {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpu", g}}}};
   }
 
+  // A job running on `node` with `labels` (a Deployment replica: {{kDeploymentLabel, "chat"}}).
+  void Labelled(const std::string& name, json spec, const std::string& node, json labels) {
+    Job(name, std::move(spec), "Running", "", node);
+    json j = *store_.Get({"Job", "t", name});
+    j["metadata"]["labels"] = std::move(labels);
+    ASSERT_TRUE(store_.Update(j, 0).ok());
+  }
+  std::string LabelOf(const std::string& job, const char* key) {
+    StatusOr<json> j = store_.Get({"Job", "t", job});
+    if (!j.ok()) return "(no job)";
+    json l = j->at("metadata").value("labels", json::object());
+    return l.is_object() ? l.value(key, "") : "";
+  }
+  double Consolidations(const std::string& outcome) {
+    const std::string text = metrics_.Render();
+    const std::string key = "aicloud_node_autoscaler_consolidations_total{outcome=\"" + outcome + "\"} ";
+    size_t at = text.find(key);
+    return at == std::string::npos ? 0 : std::stod(text.substr(at + key.size()));
+  }
+  // sim-0 (not ours, 8 GPUs, 6 in use by a training job) and auto-0 (added for a job of 8 GPUs
+  // that then ended), on which `what` now runs.
+  void AddedNodeRunning(NodeAutoscaler& na, const std::string& what, json spec, json labels) {
+    prov_.RegisterWithGpus("sim-0", 8);
+    Job("train", Gpus(1, 6), "Running", "", "sim-0");
+    Job("big", Gpus(1, 8), "Pending", "Unschedulable");
+    TwoTurns(na);
+    ASSERT_EQ(prov_.on, std::vector<std::string>{"auto-0"});
+    prov_.RegisterWithGpus("auto-0", 8);
+    Job("big", Gpus(1, 8), "Running", "", "auto-0");
+    na.Turn();
+    Labelled(what, std::move(spec), "auto-0", std::move(labels));
+    Job("big", Gpus(1, 8), "Succeeded");
+    na.Turn();
+  }
+
   store::MemoryStore store_;
   FakeClock clock_{1'000'000'000};
   Metrics metrics_;
   FakeProvisioner prov_{&store_};
 };
+
+const json kReplica = {{kDeploymentLabel, "chat"}};
+constexpr auto kOneMinute = std::chrono::seconds(60);
+
+TEST_F(NodeAutoscalerTest, AnUnderusedAddedNodeIsEmptiedAndPoweredOffWhenItsReplicasFitElsewhere) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);  // 1 of 8 GPUs in use; sim-0 has 2 free
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "underused for less than --node-unneeded";
+  clock_.Advance(11'000'000);
+  na.Turn();
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "true");
+  EXPECT_EQ(Consolidations("started"), 1);
+  clock_.Advance(2'000'000);
+  na.Turn();
+  EXPECT_TRUE(prov_.off.empty()) << "the replica is still there";
+  // Its controller starts the successor on sim-0, then deletes the evicted replica.
+  Labelled("chat-2", Gpus(1, 1), "sim-0", kReplica);
+  na.Turn();
+  EXPECT_TRUE(prov_.off.empty());
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());
+  clock_.Advance(2'000'000);
+  na.Turn();
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+  EXPECT_EQ(na.active(), 0);
+  EXPECT_NE(metrics_.Render().find("aicloud_node_autoscaler_powered_off_total{reason=\"consolidated\"} 1"),
+            std::string::npos);
+  EXPECT_EQ(LabelOf("chat-2", kEvictLabel), "") << "sim-0 is not ours: never emptied";
+}
+
+TEST_F(NodeAutoscalerTest, AJobThatCannotMovePinsItsNodeUnlessLabelledSafeToEvict) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  AddedNodeRunning(na, "train-2", Gpus(1, 1), json::object());
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 0) << "a plain job is never stopped to save a node";
+  EXPECT_TRUE(prov_.off.empty());
+  // Labelled safe-to-evict: drained at once (no replica to wait for), powered off once empty.
+  Labelled("train-2", Gpus(1, 1), "auto-0", {{kSafeToEvictLabel, "true"}});
+  na.Turn();
+  clock_.Advance(61'000'000);
+  na.Turn();
+  EXPECT_EQ(Consolidations("started"), 1);
+  EXPECT_EQ(LabelOf("train-2", kEvictLabel), "") << "only replicas are labelled; a job is drained";
+  Job("train-2", Gpus(1, 1), "Pending", "Drained");  // requeued by the drain
+  clock_.Advance(2'000'000);
+  na.Turn();
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+}
+
+TEST_F(NodeAutoscalerTest, AMoveWhoseWorkFindsNoRoomIsAbandonedAndNotRetriedForTheBackoff) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
+                     .backoff = std::chrono::seconds(300)});
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  clock_.Advance(61'000'000);
+  na.Turn();
+  clock_.Advance(1'000'000);
+  na.Turn();
+  ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
+  // The successor cannot be placed after all (the scheduler sees what this pass does not).
+  Job("chat-2", Gpus(1, 1), "Pending", "Unschedulable");
+  na.Turn();
+  clock_.Advance(2'000'000);
+  na.Turn();
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "the label comes off: the replica stays";
+  EXPECT_EQ(Consolidations("abandoned"), 1);
+  EXPECT_EQ(prov_.on.size(), 1u) << "no node is added for the successor in the turn the move is abandoned";
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-2"}, 0).ok());  // its controller drops the extra replica
+  for (int i = 0; i < 25; ++i) {  // 250 s: past --node-unneeded, not past the back-off
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 1);
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 2) << "tried again after the back-off";
+}
+
+TEST_F(NodeAutoscalerTest, ANodeUsedAtTheThresholdIsKept) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  AddedNodeRunning(na, "chat-1", Gpus(1, 4), kReplica);  // 4 of 8: not below 0.5
+  Job("train", Gpus(1, 6), "Succeeded");                 // sim-0 has room for it
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 0);
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+}
+
+// auto-0 runs a 1-GPU replica; auto-1 (added later for an 8-GPU job) a 6-GPU job that cannot move.
+class PackingTest : public NodeAutoscalerTest {
+ protected:
+  void TwoAddedNodes(NodeAutoscaler& na) {
+    AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+    ASSERT_TRUE(store_.Delete({"Node", "", "sim-0"}, 0).ok());  // no room but on nodes of ours
+    Job("train", Gpus(1, 6), "Succeeded");
+    Job("more", Gpus(1, 8), "Pending", "Unschedulable");
+    TwoTurns(na);
+    ASSERT_EQ(prov_.on, (std::vector<std::string>{"auto-0", "auto-1"}));
+    prov_.RegisterWithGpus("auto-1", 8);
+    Job("more", Gpus(1, 6), "Running", "", "auto-1");
+    na.Turn();
+  }
+};
+
+TEST_F(PackingTest, AReplicaMovesOntoTheFreeRoomOfAnotherBusyAddedNode) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  TwoAddedNodes(na);
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 1);
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "true") << "bin-packed onto auto-1's free GPU";
+}
+
+TEST_F(PackingTest, WorkIsNotMovedOntoAnAddedNodeThatWentEmpty) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  TwoAddedNodes(na);
+  for (int i = 0; i < 3; ++i) {  // auto-0 underused for 30 s, with room on auto-1
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  Job("more", Gpus(1, 6), "Succeeded");  // auto-1 is empty now: moving there would only swap nodes
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 0);
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-1"}) << "the empty one goes as unneeded";
+}
+
+TEST_F(NodeAutoscalerTest, ConsolidationIsOffAtAZeroThreshold) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
+                     .consolidate_below = 0});
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+  EXPECT_TRUE(prov_.off.empty());
+}
 
 TEST_F(NodeAutoscalerTest, PowersOnEnoughNodesForUnschedulableJobsThenReleasesIdleOnes) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
