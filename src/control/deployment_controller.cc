@@ -559,7 +559,8 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     desired = 1;  // zero only after scaleToZeroSeconds without requests
     reason = "idle " + std::to_string(static_cast<int>(idle_s)) + " s < scaleToZeroSeconds " +
              std::to_string(spec->scale_to_zero_seconds);
-  } else if (spec->min_replicas == 0 && idle_s >= spec->scale_to_zero_seconds && in_flight == 0 && held == 0) {
+  } else if (spec->min_replicas == 0 && idle_s >= spec->scale_to_zero_seconds && in_flight == 0 && held == 0 &&
+             !decision.forecast) {  // a rise forecast ahead pre-warms even an idle deployment
     desired = 0;
     reason = "no requests for " + std::to_string(static_cast<int>(idle_s)) + " s (scaleToZeroSeconds " +
              std::to_string(spec->scale_to_zero_seconds) + ")";

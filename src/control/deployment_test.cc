@@ -425,6 +425,41 @@ TEST_F(DeploymentControllerTest, TheLearnedDailyProfileOutlivesARestartAndPreWar
   EXPECT_EQ(Status()["forecast"]["profile"], learned["profile"]) << "kept through the restart";
 }
 
+TEST_F(DeploymentControllerTest, AScaleToZeroDeploymentIsPreWarmedForARiseButNotForATrickle) {
+  // 07:58 UTC; the stored profile knows 08:00-08:05 (bin 96) and the quiet bin before it.
+  const double offset = 7 * 3600 + 58 * 60 - 1000;
+  auto with_rise = [&](double load) {
+    json profile(288, nullptr);
+    profile[95] = 0;
+    profile[96] = load;
+    json d = *store_.Get({"Deployment", "acme", "chat"});
+    d["status"]["forecast"] = {{"periodS", 86400}, {"binS", 300}, {"learnedBins", 2}, {"profile", profile}};
+    ASSERT_TRUE(store_.Update(d, 0).ok());
+    Restart(offset);
+  };
+  Apply({{"model", "/m"}, {"replicas", {{"min", 0}, {"max", 10}}}, {"profile", "latency"}, {"scaleToZeroSeconds", 60}});
+  // A trickle (0.05 replicas of load) learned once: the deployment stays at zero.
+  with_rise(0.05);
+  for (int i = 0; i < 3; ++i) {
+    dc_->Turn();
+    clock_.Advance(5'000'000);
+  }
+  EXPECT_TRUE(Replicas().empty()) << Status()["lastScale"].dump();
+  // A real rise (3 replicas of load): pre-warmed from zero, and kept past scaleToZeroSeconds
+  // without a request while the rise is still ahead.
+  with_rise(3);
+  dc_->Turn();
+  EXPECT_EQ(Status()["desiredReplicas"], 5) << Status()["lastScale"].dump();  // ceil(3 / 0.7)
+  EXPECT_NE(Status()["lastScale"]["reason"].get<std::string>().find("forecast"), std::string::npos);
+  for (int t = 0; t < 90; t += 5) {
+    RunAll({.healthy = true, .running = 0});
+    clock_.Advance(5'000'000);
+    dc_->Turn();
+  }
+  EXPECT_EQ(Status()["desiredReplicas"], 5) << "idle 90 s > scaleToZeroSeconds, but the rise is 30 s ahead: "
+                                            << Status()["lastScale"].dump();
+}
+
 TEST_F(DeploymentControllerTest, AStoredProfileThatDoesNotFitIsIgnored) {
   Restart(0);
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 3}}}});

@@ -97,11 +97,13 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   }
 
   // 3. Look ahead one provisioning lead.
+  bool by_forecast = false;
   if (config_.predictive) {
     const double ahead = forecaster_.PeakAhead(now, config_.lead_s);
-    const int predicted = static_cast<int>(std::ceil(ahead / u - 1e-9));
+    const int predicted = ahead < config_.forecast_activation ? 0 : static_cast<int>(std::ceil(ahead / u - 1e-9));
     if (predicted > rec) {
       rec = predicted;
+      by_forecast = true;
       why = fmt::format("ours: forecast {:.2f} replicas of load within {:.0f} s -> {}", ahead,
                         config_.lead_s, rec);
     }
@@ -133,7 +135,8 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
       desired = 1;
     }
   }
-  return {std::clamp(desired, b.min_replicas, b.max_replicas), why, false};
+  desired = std::clamp(desired, b.min_replicas, b.max_replicas);
+  return {.desired = desired, .reason = why, .panic = false, .forecast = by_forecast && desired > 0};
 }
 
 }  // namespace aicloud::fleet

@@ -20,14 +20,15 @@
 //              are starting, so one signal does not compound.
 //   3. predict the LoadForecaster's highest forecast over the next `lead_s` (provisioning delay
 //              + cold start), divided by the target utilization: replicas are asked for one lead
-//              time before a learned rise.
+//              time before a learned rise. A forecast under `forecast_activation` asks for none.
 //   4. down    the highest recommendation of the last `scale_down_window_s` (HPA-style
 //              stabilization, shorter than HPA's 300 s because 3 covers rises), no move inside a
 //              10% band, at most halving per tick (AIBrix's max-scale-down-rate 2).
 //   5. zero    with bounds.min_replicas == 0: nothing arrived or in flight for `idle_to_zero_s`
 //              (KEDA's cooldownPeriod, 300 s) and no rise forecast -> 0. Requests held at the
 //              gateway wake it to >= 1. A deployment first seen at zero (a restarted controller)
-//              stays at zero until a request comes; one first seen running counts as just active.
+//              stays at zero until a request comes or a rise is forecast; one first seen
+//              running counts as just active.
 #pragma once
 
 #include "fleet/autoscaler.h"
@@ -52,6 +53,10 @@ struct SloAutoscalerConfig {
   double idle_to_zero_s = 300;
   double lead_s = 210;          // 180 s node provisioning + 30 s replica cold start
   bool predictive = true;
+  // A forecast of less load than this (replicas' worth) asks for nothing: it neither wakes a
+  // deployment at zero nor keeps one up (KEDA's activationThreshold: the 0 <-> 1 step has its
+  // own, higher bar than the scaling between replicas).
+  double forecast_activation = 0.1;
   ForecasterConfig forecast;
 };
 

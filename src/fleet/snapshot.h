@@ -75,6 +75,7 @@ struct ScaleDecision {
   int desired = 0;
   std::string reason;
   bool panic = false;  // KPA-style panic mode (never scales down while set)
+  bool forecast = false;  // the count is what the predictive step asked for (a rise ahead)
 };
 
 struct ScaleBounds {
