@@ -23,6 +23,7 @@ using engine::kernels::WeightFormat;
 struct EngineFlags {
   std::string model;
   std::string served_name;
+  std::string instance;
   std::string host = "127.0.0.1";
   int port = 8000;
   int threads = 2;
@@ -43,6 +44,7 @@ struct EngineFlags {
 Status ToOptions(const EngineFlags& f, engine::EngineOptions* o) {
   o->model_dir = f.model;
   o->served_model_name = f.served_name;
+  o->instance = f.instance;
   o->threads = f.threads;
   o->kv_cache_gib = f.kv_cache_gib;
   o->max_num_seqs = f.max_num_seqs;
@@ -121,6 +123,7 @@ void AddEngine(CLI::App& app, int* exit_code) {
   cmd->add_option("--host", f->host, "listen address")->capture_default_str();
   cmd->add_option("--port", f->port, "listen port (0: any free port)")->capture_default_str();
   cmd->add_option("--served-model-name", f->served_name, "model name clients use (default: the directory's name)");
+  cmd->add_option("--instance", f->instance, "a name answered in /health as {\"instance\": NAME} (set by Deployments)");
   cmd->add_option("--max-waiting", f->max_waiting, "queued requests before 429")->capture_default_str();
   cmd->add_option("--static-batch", f->static_batch,
                   "N > 0: static batching baseline (batches of N run to completion); 0: continuous")

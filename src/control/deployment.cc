@@ -155,7 +155,8 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const json& spec, const std::string
     if (e.contains("args")) {
       for (const json& a : e["args"]) {
         const std::string s = a.get<std::string>();
-        if (s == "--port" || s == "--host" || s == "--model" || s.rfind("--port=", 0) == 0) {
+        if (s == "--port" || s == "--host" || s == "--model" || s == "--instance" || s.rfind("--port=", 0) == 0 ||
+            s.rfind("--instance=", 0) == 0) {
           return FieldError("spec.engine.args", "\"" + s + "\" is set by the platform");
         }
         d.engine_args.push_back(s);
@@ -196,6 +197,7 @@ json ReplicaJob(const DeploymentSpec& spec, const std::string& tenant, const std
                "--host", "0.0.0.0",
                "--port", std::to_string(port),
                "--served-model-name", spec.served_model_name,
+               "--instance", job_name,
                "--threads", std::to_string(spec.threads),
                "--kv-cache-gib", std::to_string(spec.kv_cache_gib),
                "--dtype", spec.dtype,

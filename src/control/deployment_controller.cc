@@ -179,17 +179,6 @@ std::string FirstLabel(std::string_view text, std::string_view name, std::string
   return "";
 }
 
-// The model name a replica job's engine was started to serve ("" when its command names none).
-std::string ServedModelOf(const json& job) {
-  const json& spec = job.value("spec", json::object());
-  const json command = spec.is_object() ? spec.value("command", json::array()) : json::array();
-  if (!command.is_array()) return "";
-  for (size_t i = 0; i + 1 < command.size(); ++i) {
-    if (command[i] == "--served-model-name" && command[i + 1].is_string()) return command[i + 1].get<std::string>();
-  }
-  return "";
-}
-
 }  // namespace
 
 ReplicaProbe ParseEngineMetrics(std::string_view text) {
@@ -210,6 +199,10 @@ Prober HttpProber(std::chrono::milliseconds timeout) {
     StatusOr<http::ClientResponse> m = c.Send("GET", "/metrics");
     if (m.ok() && m->status == 200) p = ParseEngineMetrics(m->body);
     p.healthy = true;
+    json health = json::parse(h->body, nullptr, /*allow_exceptions=*/false);
+    if (health.is_object() && health.contains("instance") && health["instance"].is_string()) {
+      p.instance = health["instance"].get<std::string>();
+    }
     return p;
   };
 }
@@ -459,16 +452,18 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       r.ready = r.probe.healthy;
     }
   }
-  // A port answered by an engine of another model is not this replica's: another process holds
-  // it. The replica goes (a new one gets another port) and the port is left alone for a while.
+  // A port answered by another engine than this replica's (its /health names another instance,
+  // or none) is held by another process: another server's replica on the same host, or one left
+  // from before. The replica goes (a new one gets another port) and the port is left alone for a
+  // while.
   std::erase_if(current, [&](const Replica& r) {
-    if (r.url.empty() || !r.probe.healthy || r.probe.model.empty()) return false;
-    const std::string want = ServedModelOf(r.job);
-    if (want.empty() || r.probe.model == want) return false;
+    if (r.url.empty() || !r.probe.healthy || r.probe.instance == r.name) return false;
     const int port = std::atoi(Label(r.job, kPortLabel).c_str());
-    spdlog::warn("deployment {}: replica {}: {} is answered by an engine serving '{}', not '{}' (another process "
-                 "holds port {}); replacing the replica on another port",
-                 key, r.name, r.url, r.probe.model, want, port);
+    const std::string whose = r.probe.instance.empty() ? std::string("an engine that does not name its instance")
+                                                       : "engine instance '" + r.probe.instance + "'";
+    spdlog::warn("deployment {}: replica {}: {} is answered by {}{} (another process holds port {}); replacing the "
+                 "replica on another port",
+                 key, r.name, r.url, whose, r.probe.model.empty() ? "" : " serving '" + r.probe.model + "'", port);
     foreign_ports_[port] = now_us + kForeignPortHoldUs;
     used_ports->push_back(port);
     if (store_->Delete({"Job", tenant, r.name}, 0).ok()) *jobs_changed = true;

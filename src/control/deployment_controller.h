@@ -11,9 +11,10 @@
 // Each turn, per Deployment:
 // 1. Its replica jobs are read from the store. A Running job whose engine answers /health is
 //    ready; its /metrics (vLLM names) feed the autoscaler. Finished jobs are deleted. A replica
-//    whose port is answered by an engine serving another model (another server's replica on
-//    the same host, or a process left from before) is deleted and its port not reused for
-//    kForeignPortHoldUs: the gateway never sends it requests.
+//    whose port is answered by an engine whose /health names another instance than the replica
+//    job, or none (another server's replica on the same host, or a process left from before),
+//    is deleted and its port not reused for kForeignPortHoldUs: the gateway never sends it
+//    requests.
 // 2. The autoscaler (fleet: ours, hpa, kpa or aibrix) recommends a count within
 //    spec.replicas {min, max}. Requests held at the gateway for a deployment with no ready
 //    replica raise it to at least 1 (scale from zero); with min 0, a deployment with no
@@ -66,6 +67,7 @@ struct ReplicaProbe {
   int waiting = 0;       // vllm:num_requests_waiting
   double kv_usage = 0;   // vllm:kv_cache_usage_perc
   std::string model;     // the model_name label of those metrics ("" when absent)
+  std::string instance;  // /health's "instance": the replica job the engine was started for
 };
 
 // base_url "http://127.0.0.1:21000" -> probe. The default uses http::Client with a short timeout.

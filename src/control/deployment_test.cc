@@ -50,6 +50,7 @@ TEST(DeploymentSpec, RejectsBadSpecsNamingTheField) {
       {{{"model", "/m"}, {"adapters", {{{"name", "a"}, {"path", "/a"}}, {{"name", "a"}, {"path", "/b"}}}}}, "spec.adapters[1].name: \"a\" is listed twice"},
       {{{"model", "/m"}, {"adapters", {{{"name", "a"}}}}}, "spec.adapters[0].path: required"},
       {{{"model", "/m"}, {"engine", {{"args", {"--port", "9"}}}}}, "spec.engine.args: \"--port\" is set by the platform"},
+      {{{"model", "/m"}, {"engine", {{"args", {"--instance=x"}}}}}, "spec.engine.args: \"--instance=x\" is set by the platform"},
       {{{"model", "/m"}, {"engine", {{"dtype", "fp8"}}}}, "spec.engine.dtype"},
       {{{"model", "/m"}, {"strategy", {{"maxSurge", 0}, {"maxUnavailable", 0}}}}, "spec.strategy"},
       {{{"model", "/m"}, {"resources", {{"gpu", {{"count", 0}}}}}}, "spec.resources.gpu.count"},
@@ -140,12 +141,32 @@ class DeploymentControllerTest : public ::testing::Test {
         &store_, &clock_, &metrics_,
         DeploymentControllerOptions{.engine_binary = "/bin/aicloud", .autoscaler_clock_offset_s = autoscaler_clock_offset_s},
         [this](const std::string& url) {
-          if (probe_hook_) return probe_hook_(url);
-          std::lock_guard<std::mutex> l(fake_mu_);  // replicas are probed on several threads at once
-          ++probes_[url];
-          auto it = fake_.find(url);
-          return it == fake_.end() ? ReplicaProbe{} : it->second;
+          if (probe_hook_) return OwnEngine(url, probe_hook_(url));
+          ReplicaProbe p;
+          {
+            std::lock_guard<std::mutex> l(fake_mu_);  // replicas are probed on several threads at once
+            ++probes_[url];
+            auto it = fake_.find(url);
+            if (it != fake_.end()) p = it->second;
+          }
+          return OwnEngine(url, std::move(p));
         });
+  }
+
+  // A healthy probe that names no instance is answered by the engine started for the replica
+  // on that port (as `aicloud engine --instance <job name>` does); "-" stands for an engine that
+  // names none.
+  ReplicaProbe OwnEngine(const std::string& url, ReplicaProbe p) {
+    if (p.instance == "-") {
+      p.instance.clear();
+    } else if (p.healthy && p.instance.empty()) {
+      const std::string port = url.substr(url.rfind(':') + 1);
+      StatusOr<store::ListResult> jobs = store_.List({.kind = "Job"});
+      for (const json& j : jobs.ok() ? jobs->items : std::vector<json>{}) {
+        if (j["metadata"]["labels"].value(kPortLabel, "") == port) p.instance = j["metadata"]["name"];
+      }
+    }
+    return p;
   }
 
   // Every probe waits (up to 10 s) until `n` probes are in flight at once, and reports healthy
@@ -359,7 +380,7 @@ TEST_F(DeploymentControllerTest, ReplicasPassAdmissionAndARefusalIsShownAndRetri
                                                ? OkStatus()
                                                : PermissionDeniedError("admission rule hard-quota of tenant acme: full");
                                   }},
-      [this](const std::string& url) { return fake_[url]; });
+      [this](const std::string& url) { return OwnEngine(url, fake_[url]); });
   Apply({{"model", "/m"}, {"replicas", {{"min", 3}, {"max", 3}}}, {"resources", {{"gpu", {{"count", 1}}}}}});
   dc_->Turn();
   EXPECT_EQ(Replicas().size(), 2u) << "the third would exceed the quota";
@@ -482,32 +503,41 @@ TEST_F(DeploymentControllerTest, AStoredProfileThatDoesNotFitIsIgnored) {
   }
 }
 
-TEST_F(DeploymentControllerTest, APortAnsweredByAnotherModelsEngineIsNotRoutedToAndNotReused) {
+TEST_F(DeploymentControllerTest, APortAnsweredByAnotherEngineIsNotRoutedToAndNotReused) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
   dc_->Turn();
   ASSERT_EQ(Replicas().size(), 1u);
   const std::string first = Replicas()[0]["metadata"]["name"];
   ASSERT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21000");
-  // Another server's replica (or a process left from before) answers on 21000.
-  RunAll({.healthy = true, .model = "someone-else"});
+  EXPECT_NE(Replicas()[0]["spec"]["command"].dump().find("\"--instance\",\"" + first + "\""), std::string::npos)
+      << "the engine is told whose it is";
+  // Another server's replica of the same model (or a process left from before) answers on 21000.
+  RunAll({.healthy = true, .model = "chat", .instance = "chat-other-server-21000-0001"});
   dc_->Turn();
   ASSERT_EQ(Replicas().size(), 1u);
-  EXPECT_NE(Replicas()[0]["metadata"]["name"], first) << "replaced";
+  const std::string second = Replicas()[0]["metadata"]["name"];
+  EXPECT_NE(second, first) << "replaced";
   EXPECT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21001");
   EXPECT_EQ(Status()["readyReplicas"], 0);
   for (const ServingEndpoint& e : dc_->Routes()[0].endpoints) EXPECT_FALSE(e.ready) << e.url;
+  // So is a port answered by something that names no instance.
+  RunAll({.healthy = true, .instance = "-"});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  EXPECT_NE(Replicas()[0]["metadata"]["name"], second);
+  EXPECT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21002");
 
-  // The new replica's own engine answers: ready and routed. 21000 stays skipped meanwhile.
+  // The new replica's own engine answers: ready and routed. 21000 and 21001 stay skipped.
   RunAll({.healthy = true, .model = "chat"});
   dc_->Turn();
   EXPECT_EQ(Status()["readyReplicas"], 1);
   ASSERT_EQ(dc_->Routes()[0].endpoints.size(), 1u);
-  EXPECT_EQ(dc_->Routes()[0].endpoints[0].url, "http://127.0.0.1:21001");
+  EXPECT_EQ(dc_->Routes()[0].endpoints[0].url, "http://127.0.0.1:21002");
   Apply({{"model", "/m"}, {"replicas", {{"min", 2}, {"max", 2}}}});
   dc_->Turn();
   std::set<std::string> ports;
   for (const json& j : Replicas()) ports.insert(j["metadata"]["labels"][kPortLabel].get<std::string>());
-  EXPECT_EQ(ports, (std::set<std::string>{"21001", "21002"}));
+  EXPECT_EQ(ports, (std::set<std::string>{"21002", "21003"}));
 }
 
 TEST_F(DeploymentControllerTest, ABurstScalesUpWithinMax) {

@@ -231,7 +231,9 @@ http::Response Embeddings(Engine* e, http::Request& req) {
 
 void AddEngineRoutes(Engine* e, http::Router* router) {
   router->Add("GET", "/health", [e](http::Request&) {
-    return e->healthy() ? http::Response::Json(200, json::object())
+    json body = json::object();
+    if (!e->options().instance.empty()) body["instance"] = e->options().instance;
+    return e->healthy() ? http::Response::Json(200, body)
                         : OpenAiError(UnavailableError("the engine stopped after an internal error"));
   });
   router->Add("GET", "/v1/models", [e](http::Request&) {

@@ -45,6 +45,9 @@ namespace aicloud::engine {
 struct EngineOptions {
   std::string model_dir;
   std::string served_model_name;  // default: the directory's name
+  // Who runs this engine, answered in /health as {"instance": ...} (a Deployment's replica job
+  // name: its controller checks that the engine on a replica's port is that replica's).
+  std::string instance;
   int threads = 2;
   double kv_cache_gib = 1.0;
   DType kv_dtype = DType::kF16;

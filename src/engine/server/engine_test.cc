@@ -364,6 +364,28 @@ TEST_F(ApiTest, CompletionsChatModelsAndErrors) {
   EXPECT_EQ(health->status, 200);
 }
 
+// /health names the engine's instance when it was given one (a Deployment's replica job name),
+// so a controller can tell its replica's engine from another process on the same port.
+TEST(EngineApiTest, HealthNamesTheInstance) {
+  for (const std::string instance : {"chat-5f2c-21000-0001", ""}) {
+    std::unique_ptr<Engine> engine = Start({.instance = instance});
+    ASSERT_NE(engine, nullptr);
+    StatusOr<std::unique_ptr<EngineServer>> server = EngineServer::Start(engine.get(), {.port = 0, .worker_threads = 2});
+    ASSERT_TRUE(server.ok()) << server.status();
+    http::Client c("http://127.0.0.1:" + std::to_string((*server)->port()));
+    StatusOr<http::ClientResponse> health = c.Send("GET", "/health");
+    ASSERT_TRUE(health.ok()) << health.status();
+    EXPECT_EQ(health->status, 200);
+    const json body = json::parse(health->body, nullptr, false);
+    if (instance.empty()) {
+      EXPECT_EQ(body, json::object());
+    } else {
+      EXPECT_EQ(body, json({{"instance", instance}}));
+    }
+    (*server)->Stop();
+  }
+}
+
 // A unary request whose client goes away is aborted in the engine (its KV and batch slot freed)
 // instead of generating for nobody: the server notices the closed connection, the handler cancels
 // the sequence, and it ends as "abort" well before its max_tokens.
