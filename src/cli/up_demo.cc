@@ -60,7 +60,9 @@ class Demo {
     if (!model.ok()) return model.status();
     AICLOUD_RETURN_IF_ERROR(ApplyDeployment(*model));
     AICLOUD_RETURN_IF_ERROR(EnsureTenant("other"));
-    StatusOr<std::string> demo = MakeKey("demo"), other = MakeKey("other");
+    // The key of tenant other only shows the 403: revoked after it (and expiring in 10 minutes
+    // should the demo stop before), so runs on one data directory do not pile up live keys.
+    StatusOr<std::string> demo = MakeKey("demo", 0), other = MakeKey("other", 600);
     if (!demo.ok()) return demo.status();
     if (!other.ok()) return other.status();
     demo_key_ = std::move(*demo);
@@ -69,6 +71,13 @@ class Demo {
     AICLOUD_RETURN_IF_ERROR(WaitRoutable());
     AICLOUD_RETURN_IF_ERROR(ChatFromZero());
     AICLOUD_RETURN_IF_ERROR(OtherTenantRefused());
+    StatusOr<http::ClientResponse> revoked = api_.Send("DELETE", "/api/v1/apikeys/" + other_key_id_, "", Admin());
+    if (!revoked.ok() || revoked->status != 200) {
+      std::cerr << "aicloud up: could not revoke tenant other's demo key " << other_key_id_ << " (it expires in 10 minutes): "
+                << (revoked.ok() ? "HTTP " + std::to_string(revoked->status) + ": " + ErrorOf(*revoked)
+                                 : std::string(revoked.status().message()))
+                << "\n";
+    }
     AICLOUD_RETURN_IF_ERROR(ScaleToZero());
     std::cout << "aicloud up: serving demo done\n";
     return demo_key_;
@@ -151,14 +160,17 @@ class Demo {
     return OkStatus();
   }
 
-  StatusOr<std::string> MakeKey(const std::string& tenant) {
-    StatusOr<http::ClientResponse> r =
-        api_.Send("POST", "/api/v1/apikeys", json{{"user", "admin"}, {"tenant", tenant}}.dump(), Admin());
+  // A key of `tenant` (expiring after `expires_s` seconds when > 0); its id is kept for tenant other.
+  StatusOr<std::string> MakeKey(const std::string& tenant, int expires_s) {
+    json body = {{"user", "admin"}, {"tenant", tenant}};
+    if (expires_s > 0) body["expiresInSeconds"] = expires_s;
+    StatusOr<http::ClientResponse> r = api_.Send("POST", "/api/v1/apikeys", body.dump(), Admin());
     if (!r.ok()) return Status(r.status().code(), "key for tenant " + tenant + ": " + r.status().message());
     json j = json::parse(r->body, nullptr, false);
     if (r->status != 201 || !j.is_object() || !j.contains("token") || !j["token"].is_string()) {
       return InternalError("key for tenant " + tenant + ": HTTP " + std::to_string(r->status) + ": " + ErrorOf(*r));
     }
+    if (tenant == "other") other_key_id_ = j.value("id", std::string());
     return j["token"].get<std::string>();
   }
 
@@ -329,7 +341,7 @@ class Demo {
   static constexpr int kIdleSeconds = 10;
   const ServingDemoOptions o_;
   http::Client api_;
-  std::string demo_key_, other_key_;
+  std::string demo_key_, other_key_, other_key_id_;
 };
 
 }  // namespace

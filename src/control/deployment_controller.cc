@@ -40,29 +40,6 @@ json ForecastStatus(const fleet::LoadForecaster& f) {
           {"profile", std::move(profile)}};
 }
 
-// Gives a new autoscaler's forecaster the profile kept in status.forecast.
-Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
-  if (!forecast.is_object()) return InvalidArgumentError("status.forecast is not an object");
-  auto number = [&](const char* k) {
-    return forecast.contains(k) && forecast[k].is_number() ? forecast[k].get<double>() : -1.0;
-  };
-  if (number("periodS") != f->config().period_s || number("binS") != f->config().bin_s) {
-    return InvalidArgumentError("status.forecast has period/bin " + forecast.value("periodS", json()).dump() + "/" +
-                                forecast.value("binS", json()).dump() + ", the autoscaler learns " +
-                                json(f->config().period_s).dump() + "/" + json(f->config().bin_s).dump());
-  }
-  if (!forecast.contains("profile") || !forecast["profile"].is_array()) {
-    return InvalidArgumentError("status.forecast.profile is not an array");
-  }
-  std::vector<double> values;
-  for (const json& v : forecast["profile"]) {
-    if (v.is_null()) values.push_back(-1);
-    else if (v.is_number()) values.push_back(v.get<double>());
-    else return InvalidArgumentError("status.forecast.profile holds " + v.dump() + ", not a number or null");
-  }
-  return f->RestoreProfile(values);
-}
-
 // status.history with `revision` last: appended with its spec when new, moved to the end when
 // an older revision comes back (a rollback). At most kHistoryLimit entries; the stable
 // revision's entry is never dropped (a canary needs it to make stable replicas).
@@ -180,6 +157,41 @@ std::string FirstLabel(std::string_view text, std::string_view name, std::string
 }
 
 }  // namespace
+
+Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
+  if (!forecast.is_object()) return InvalidArgumentError("status.forecast is " + forecast.dump() + ", not an object");
+  for (auto [key, want] : {std::pair{"periodS", f->config().period_s}, std::pair{"binS", f->config().bin_s}}) {
+    const std::string field = std::string("status.forecast.") + key;
+    if (!forecast.contains(key)) return InvalidArgumentError(field + " is missing");
+    const json& v = forecast[key];
+    if (!v.is_number()) return InvalidArgumentError(field + " is " + v.dump() + ", not a number");
+    if (v.get<double>() != want) {
+      return InvalidArgumentError(field + " is " + v.dump() + ", but the autoscaler learns with " +
+                                  fmt::format("{:g}", want) + " (a profile of another shape)");
+    }
+  }
+  if (!forecast.contains("profile") || !forecast["profile"].is_array()) {
+    return InvalidArgumentError("status.forecast.profile is " +
+                                (forecast.contains("profile") ? forecast["profile"].dump() : std::string("missing")) +
+                                ", not an array");
+  }
+  const json& profile = forecast["profile"];
+  const size_t want = static_cast<size_t>(std::lround(f->config().period_s / f->config().bin_s));
+  if (profile.size() != want) {
+    return InvalidArgumentError(fmt::format("status.forecast.profile has {} values, want {} (periodS / binS)",
+                                            profile.size(), want));
+  }
+  std::vector<double> values;
+  for (size_t i = 0; i < profile.size(); ++i) {
+    const json& v = profile[i];
+    if (v.is_null()) values.push_back(-1);
+    else if (v.is_number()) values.push_back(v.get<double>());
+    else return InvalidArgumentError(fmt::format("status.forecast.profile[{}] is {}, not a number or null", i, v.dump()));
+  }
+  Status r = f->RestoreProfile(values);
+  if (!r.ok()) return InvalidArgumentError("status.forecast." + std::string(r.message()));
+  return OkStatus();
+}
 
 ReplicaProbe ParseEngineMetrics(std::string_view text) {
   ReplicaProbe p;
@@ -508,14 +520,20 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
         spdlog::warn("deployment {}: {}", key, std::string(a.status().message()));
         return;
       }
-      s.autoscaler = std::move(*a);
-      // What an earlier autoscaler of this deployment learned (before a restart or a spec edit).
+      // What an earlier autoscaler of this deployment learned: the one this replaces (a spec
+      // edit; its latest bins may not be stored yet), else the stored profile (a restart).
+      fleet::LoadForecaster* before = s.autoscaler ? s.autoscaler->learned() : nullptr;
+      fleet::LoadForecaster* f = (*a)->learned();
       const json old = deployment.value("status", json::object());
-      if (fleet::LoadForecaster* f = s.autoscaler->learned(); f != nullptr && old.is_object() && old.contains("forecast")) {
+      if (f != nullptr && before != nullptr && before->config().period_s == f->config().period_s &&
+          before->config().bin_s == f->config().bin_s && before->learned_bins() > 0) {
+        (void)f->RestoreProfile(before->profile());  // same shape: cannot fail
+      } else if (f != nullptr && old.is_object() && old.contains("forecast")) {
         if (Status r = RestoreForecast(old["forecast"], f); !r.ok()) {
           spdlog::warn("deployment {}: the stored load profile is not used: {}", key, std::string(r.message()));
         }
       }
+      s.autoscaler = std::move(*a);
       s.policy = spec->autoscaler;
       s.min = spec->min_replicas;
       s.max = spec->max_replicas;

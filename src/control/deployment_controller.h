@@ -74,6 +74,12 @@ struct ReplicaProbe {
 using Prober = std::function<ReplicaProbe(const std::string& base_url)>;
 Prober HttpProber(std::chrono::milliseconds timeout);
 
+// Gives a new autoscaler's forecaster the profile kept in a Deployment's status.forecast
+// ({periodS, binS, learnedBins, profile}). INVALID_ARGUMENT naming the field when it does not
+// fit the forecaster (another period or bin, a value that is not a number or null); then nothing
+// is restored.
+Status RestoreForecast(const nlohmann::json& forecast, fleet::LoadForecaster* forecaster);
+
 // Reads the three gauges from a Prometheus text page (summed over labels; absent ones are 0)
 // and the model_name label of the first running-requests line.
 ReplicaProbe ParseEngineMetrics(std::string_view text);

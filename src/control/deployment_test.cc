@@ -134,8 +134,10 @@ class DeploymentControllerTest : public ::testing::Test {
  protected:
   void SetUp() override { Restart(); }
 
-  // A new controller over the same store, as after a restart of the server.
-  void Restart(std::optional<double> autoscaler_clock_offset_s = std::nullopt) {
+  // A new controller over the same store, as after a restart of the server. The autoscalers'
+  // clock is the fake clock (offset 0) unless said otherwise, so forecast bins do not depend on
+  // when the test runs.
+  void Restart(std::optional<double> autoscaler_clock_offset_s = 0.0) {
     dc_.reset();
     dc_ = std::make_unique<DeploymentController>(
         &store_, &clock_, &metrics_,
@@ -228,8 +230,15 @@ class DeploymentControllerTest : public ::testing::Test {
 };
 
 TEST_F(DeploymentControllerTest, TheDefaultAutoscalerLeavesAnUnusedDeploymentAtZero) {
-  // As after a restart of the server: a min-0 deployment at zero, no requests, turn after turn.
+  // A min-0 deployment at zero, no requests, turn after turn; then again after a restart of the
+  // server (a new controller meets it at zero).
   Apply({{"model", "/m"}, {"replicas", {{"min", 0}, {"max", 3}}}, {"scaleToZeroSeconds", 10}});
+  for (int i = 0; i < 3; ++i) {
+    dc_->Turn();
+    ASSERT_TRUE(Replicas().empty()) << "turn " << i << ": " << Status().dump();
+    clock_.Advance(1'000'000);
+  }
+  Restart();
   for (int i = 0; i < 30; ++i) {
     dc_->Turn();
     ASSERT_TRUE(Replicas().empty()) << "turn " << i << ": " << Status().dump();
@@ -481,14 +490,66 @@ TEST_F(DeploymentControllerTest, AScaleToZeroDeploymentIsPreWarmedForARiseButNot
                                             << Status()["lastScale"].dump();
 }
 
+TEST_F(DeploymentControllerTest, ASpecEditKeepsWhatTheAutoscalerLearnedInMemory) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}, {"profile", "latency"}});
+  dc_->Turn();
+  for (int t = 0; t <= 600; t += 5) {
+    RunAll({.healthy = true, .running = t < 300 ? 0 : 12});
+    dc_->Turn();
+    clock_.Advance(5'000'000);
+  }
+  ASSERT_EQ(Status()["forecast"]["learnedBins"], 2) << Status().dump();
+  // The stored copy lags (here: lost); an edit that makes a new autoscaler takes the old one's.
+  json d = *store_.Get({"Deployment", "acme", "chat"});
+  d["status"].erase("forecast");
+  ASSERT_TRUE(store_.Update(d, 0).ok());
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 4}}}, {"profile", "latency"}});
+  dc_->Turn();
+  EXPECT_EQ(Status()["forecast"]["learnedBins"], 2) << Status()["forecast"].dump();
+}
+
+TEST(RestoreForecast, NamesTheFieldThatDoesNotFit) {
+  json good = {{"periodS", 86400}, {"binS", 300}, {"learnedBins", 1}, {"profile", json(288, nullptr)}};
+  good["profile"][7] = 2.5;
+  fleet::LoadForecaster f({.period_s = 86400, .bin_s = 300});
+  ASSERT_TRUE(RestoreForecast(good, &f).ok());
+  EXPECT_DOUBLE_EQ(f.Profile(7 * 300), 2.5);
+  EXPECT_EQ(f.learned_bins(), 1);
+  json odd = good;
+  odd["profile"][5] = "x";
+  const std::pair<json, std::string> cases[] = {
+      {json("x"), "status.forecast is \"x\", not an object"},
+      {{{"binS", 300}, {"profile", good["profile"]}}, "status.forecast.periodS is missing"},
+      {{{"periodS", "86400"}, {"binS", 300}, {"profile", good["profile"]}}, "status.forecast.periodS is \"86400\", not a number"},
+      {{{"periodS", 3600}, {"binS", 300}, {"profile", good["profile"]}},
+       "status.forecast.periodS is 3600, but the autoscaler learns with 86400 (a profile of another shape)"},
+      {{{"periodS", 86400}, {"binS", 60}, {"profile", good["profile"]}}, "status.forecast.binS is 60, but the autoscaler learns with 300"},
+      {{{"periodS", 86400}, {"binS", 300}}, "status.forecast.profile is missing, not an array"},
+      {{{"periodS", 86400}, {"binS", 300}, {"profile", json::array({1, 2})}},
+       "status.forecast.profile has 2 values, want 288 (periodS / binS)"},
+      {odd, "status.forecast.profile[5] is \"x\", not a number or null"},
+  };
+  for (const auto& [forecast, message] : cases) {
+    fleet::LoadForecaster g({.period_s = 86400, .bin_s = 300});
+    Status s = RestoreForecast(forecast, &g);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << forecast.dump();
+    EXPECT_NE(std::string(s.message()).find(message), std::string::npos) << s.message();
+    EXPECT_EQ(g.learned_bins(), 0) << "nothing restored from " << forecast.dump();
+  }
+}
+
 TEST_F(DeploymentControllerTest, AStoredProfileThatDoesNotFitIsIgnored) {
   Restart(0);
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 3}}}});
+  json odd(288, 0.5);
+  odd[5] = "x";
   const json bad[] = {
       json("not an object"),
       {{"periodS", 3600}, {"binS", 300}, {"profile", json::array()}},
+      {{"periodS", 3600}, {"binS", 300}, {"profile", json(288, 1.0)}},  // the size fits, the period not
       {{"periodS", 86400}, {"binS", 300}, {"profile", json::array({1, 2})}},
       {{"periodS", 86400}, {"binS", 300}, {"profile", "x"}},
+      {{"periodS", 86400}, {"binS", 300}, {"profile", odd}},
   };
   for (const json& f : bad) {
     dc_->Turn();
