@@ -1094,6 +1094,21 @@ Status ControlPlane::Drain(const std::string& node) {
   return OkStatus();
 }
 
+Status ControlPlane::EvictJob(const std::string& tenant, const std::string& name, const std::string& node) {
+  std::lock_guard<std::mutex> l(mu_);
+  ApplyStoreChanges();
+  auto it = jobs_.find(Key(tenant, name));
+  if (it == jobs_.end()) return NotFoundError("Job " + tenant + "/" + name + " not found");
+  Job& j = it->second;
+  const bool there = std::any_of(j.workers.begin(), j.workers.end(), [&](const Worker& w) { return w.node == node; });
+  if (Terminal(j.phase) || j.phase == "Pending" || !there) {
+    return FailedPreconditionError("Job " + tenant + "/" + name + " has no running attempt on node " + node);
+  }
+  EndAttempt(j, "Killed", "Drained", "moved off node " + node + " (consolidation)", false);
+  RequestTurn();
+  return OkStatus();
+}
+
 json ControlPlane::NodeRuntime() {
   std::lock_guard<std::mutex> l(mu_);
   json out = json::object();

@@ -99,6 +99,9 @@ class ControlPlane {
   Status Cordon(const std::string& node, bool cordon);
   // Cordons and ends every attempt on the node (requeued without using a retry).
   Status Drain(const std::string& node);
+  // Ends the job's attempt if a worker of it runs on `node` (requeued without using a retry, as
+  // a drain does); nothing else on the node is touched. FAILED_PRECONDITION when it does not.
+  Status EvictJob(const std::string& tenant, const std::string& name, const std::string& node);
   // Runtime facts of nodes kept in memory (heartbeat age, readiness, metrics): name → object.
   json NodeRuntime();
   // GPUs in use by a tenant's scheduled/running jobs (for hard quota admission).

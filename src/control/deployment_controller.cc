@@ -156,6 +156,17 @@ std::string FirstLabel(std::string_view text, std::string_view name, std::string
   return "";
 }
 
+// The value after `flag` in a replica job's command ("" when its command has none).
+std::string CommandFlag(const json& job, std::string_view flag) {
+  const json& spec = job.value("spec", json::object());
+  const json command = spec.is_object() ? spec.value("command", json::array()) : json::array();
+  if (!command.is_array()) return "";
+  for (size_t i = 0; i + 1 < command.size(); ++i) {
+    if (command[i] == flag && command[i + 1].is_string()) return command[i + 1].get<std::string>();
+  }
+  return "";
+}
+
 }  // namespace
 
 Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
@@ -467,9 +478,15 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
   // A port answered by another engine than this replica's (its /health names another instance,
   // or none) is held by another process: another server's replica on the same host, or one left
   // from before. The replica goes (a new one gets another port) and the port is left alone for a
-  // while.
+  // while. A replica made before engines named their instance is checked by its model name.
   std::erase_if(current, [&](const Replica& r) {
-    if (r.url.empty() || !r.probe.healthy || r.probe.instance == r.name) return false;
+    if (r.url.empty() || !r.probe.healthy) return false;
+    if (CommandFlag(r.job, "--instance").empty()) {
+      const std::string want = CommandFlag(r.job, "--served-model-name");
+      if (r.probe.model.empty() || want.empty() || r.probe.model == want) return false;
+    } else if (r.probe.instance == r.name) {
+      return false;
+    }
     const int port = std::atoi(Label(r.job, kPortLabel).c_str());
     const std::string whose = r.probe.instance.empty() ? std::string("an engine that does not name its instance")
                                                        : "engine instance '" + r.probe.instance + "'";

@@ -601,6 +601,31 @@ TEST_F(DeploymentControllerTest, APortAnsweredByAnotherEngineIsNotRoutedToAndNot
   EXPECT_EQ(ports, (std::set<std::string>{"21002", "21003"}));
 }
 
+TEST_F(DeploymentControllerTest, AReplicaMadeBeforeEnginesNamedTheirInstanceIsCheckedByModel) {
+  // A server upgraded under running replicas: their commands have no --instance and their
+  // engines answer /health with {}. They stay while their engine serves their model.
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
+  dc_->Turn();
+  json old = Replicas().at(0);
+  json command = json::array();
+  for (size_t i = 0; i < old["spec"]["command"].size(); ++i) {
+    if (old["spec"]["command"][i] == "--instance") ++i;  // and its value
+    else command.push_back(old["spec"]["command"][i]);
+  }
+  old["spec"]["command"] = command;
+  ASSERT_TRUE(store_.Update(old, 0).ok());
+  const std::string name = old["metadata"]["name"];
+  RunAll({.healthy = true, .model = "chat", .instance = "-"});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  EXPECT_EQ(Replicas()[0]["metadata"]["name"], name) << "kept across the upgrade";
+  EXPECT_EQ(Status()["readyReplicas"], 1);
+  RunAll({.healthy = true, .model = "someone-else", .instance = "-"});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  EXPECT_NE(Replicas()[0]["metadata"]["name"], name) << "another model's engine on its port: replaced";
+}
+
 TEST_F(DeploymentControllerTest, ABurstScalesUpWithinMax) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 3}}}, {"autoscaler", {{"policy", "kpa"}}}});
   dc_->Turn();
@@ -674,9 +699,24 @@ TEST_F(DeploymentControllerTest, AReplicaLabelledForEvictionIsReplacedBeforeItGo
   EXPECT_FALSE(names.count(evicted)) << "the evicted replica goes once its successor is ready";
   EXPECT_TRUE(names.count(kept));
   EXPECT_EQ(Status()["readyReplicas"], 2);
-  // The label gone before that (the move was abandoned): nothing is replaced.
+
+  // A move called off before the successor is ready (the label taken off): the replica stays
+  // and the successor, now one too many, goes.
+  r = Replicas();
+  marked = r[0];
+  const std::string stays = marked["metadata"]["name"];
+  marked["metadata"]["labels"][kEvictLabel] = "true";
+  ASSERT_TRUE(store_.Update(marked, 0).ok());
   dc_->Turn();
-  EXPECT_EQ(Replicas().size(), 2u);
+  ASSERT_EQ(Replicas().size(), 3u);
+  marked = *store_.Get({"Job", "acme", stays});
+  marked["metadata"]["labels"].erase(kEvictLabel);
+  ASSERT_TRUE(store_.Update(marked, 0).ok());
+  dc_->Turn();
+  names.clear();
+  for (const json& j : Replicas()) names.insert(j["metadata"]["name"]);
+  EXPECT_EQ(names.size(), 2u);
+  EXPECT_TRUE(names.count(stays)) << "the replica whose move was called off is kept";
 }
 
 TEST_F(DeploymentControllerTest, FailedReplicasAreReplacedAndDeletedDeploymentsCleanedUp) {

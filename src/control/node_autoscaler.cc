@@ -23,6 +23,8 @@ using nlohmann::json;
 struct Room {
   int64_t gpus = 0, cpu = 0, mem = 0;  // GPUs, mCPU, MiB
   std::string model;
+  std::string pool;      // the node's lane ("" = none)
+  bool tainted = false;  // a taint that keeps work off (not PreferNoSchedule)
 };
 
 // Whole GPUs one worker takes (a fraction or a MIG slice counts as one: the pass is coarse).
@@ -41,10 +43,12 @@ struct Resident {
   bool marked = false;    // labelled aicloud/evict=true already
   int64_t gpus = 0, cpu = 0, mem = 0;  // one worker's
   std::vector<std::string> models;     // GPU models it accepts; empty = any
+  std::string pool;                    // the lane it must run in ("" = any)
   int workers = 0;                     // of its workers, on this node
 };
 
-// True when every worker of `residents` finds room in `room` (first fit, taken from it).
+// True when every worker of `residents` finds room in `room` (first fit, taken from it). A node
+// in another lane, or with a taint that keeps work off, is no room (tolerations are not modelled).
 bool FitsFirstFit(const std::vector<Resident>& residents, std::map<std::string, Room> room) {
   for (const Resident& r : residents) {
     auto model_ok = [&](const std::string& model) {
@@ -53,7 +57,8 @@ bool FitsFirstFit(const std::vector<Resident>& residents, std::map<std::string, 
     for (int w = 0; w < r.workers; ++w) {
       bool placed = false;
       for (auto& [name, left] : room) {
-        if (left.gpus >= r.gpus && left.cpu >= r.cpu && left.mem >= r.mem && (r.gpus == 0 || model_ok(left.model))) {
+        if (left.gpus >= r.gpus && left.cpu >= r.cpu && left.mem >= r.mem && (r.gpus == 0 || model_ok(left.model)) &&
+            !left.tainted && (r.pool.empty() || r.pool == left.pool)) {
           left.gpus -= r.gpus, left.cpu -= r.cpu, left.mem -= r.mem;
           placed = true;
           break;
@@ -65,10 +70,10 @@ bool FitsFirstFit(const std::vector<Resident>& residents, std::map<std::string, 
   return true;
 }
 
-// Sets (or removes) label `key` = "true" on a Job, retrying conflicting writes.
-Status SetJobLabel(store::Store* store, const std::string& tenant, const std::string& name, const char* key, bool set) {
+// Sets (or removes) label `key` = "true" on an object (a Job, a Node), retrying conflicting writes.
+Status SetLabel(store::Store* store, const store::ObjectKey& which, const char* key, bool set) {
   for (int tries = 0; tries < 5; ++tries) {
-    StatusOr<json> cur = store->Get({"Job", tenant, name});
+    StatusOr<json> cur = store->Get(which);
     if (!cur.ok()) return cur.status();
     json o = *cur;
     json& labels = o["metadata"]["labels"];
@@ -83,7 +88,7 @@ Status SetJobLabel(store::Store* store, const std::string& tenant, const std::st
     if (w.ok()) return OkStatus();
     if (w.status().code() != StatusCode::kAborted) return w.status();
   }
-  return AbortedError("Job " + tenant + "/" + name + ": too many concurrent writers");
+  return AbortedError(which.ToString() + ": too many concurrent writers");
 }
 
 // Quotes a word for /bin/sh.
@@ -243,7 +248,7 @@ void NodeAutoscaler::Turn() {
   }
   // Which nodes are Ready, which are busy, which did we add.
   std::map<std::string, bool> ready;
-  std::set<std::string> labelled;
+  std::set<std::string> labelled, consolidating;  // ours; being emptied (as stored)
   std::map<std::string, Room> free;      // Ready, schedulable nodes: capacity, then minus what runs there
   std::map<std::string, Room> capacity;  // Ready nodes' capacity
   for (const json& n : nodes->items) {
@@ -257,11 +262,16 @@ void NodeAutoscaler::Turn() {
                         .mem = spec.value("memoryBytes", int64_t{0}) >> 20,
                         .model = gpus.is_array() && !gpus.empty() && gpus[0].is_object()
                                      ? CanonicalModel(gpus[0].value("model", ""))
-                                     : ""};
+                                     : "",
+                        .pool = spec.value("pool", std::string())};
+      for (const json& t : spec.value("taints", json::array())) {
+        if (t.is_object() && t.value("effect", "") != "PreferNoSchedule") capacity[name].tainted = true;
+      }
       if (!spec.value("unschedulable", false)) free[name] = capacity[name];
     }
     const json labels = n["metadata"].value("labels", json::object());
     if (labels.is_object() && labels.value(kAutoscaledLabel, "") == "true") labelled.insert(name);
+    if (labels.is_object() && labels.value(kConsolidatingLabel, "") == "true") consolidating.insert(name);
   }
   std::set<std::string> busy;
   std::map<std::string, std::vector<Resident>> on_node;  // the jobs with workers on each node
@@ -282,14 +292,15 @@ void NodeAutoscaler::Turn() {
       if (node.empty()) continue;
       busy.insert(node);
       std::vector<Resident>& here = on_node[node];
-      const std::string name = j["metadata"].value("name", "");
-      if (here.empty() || here.back().name != name) {
-        Resident r{.tenant = j["metadata"].value("tenant", ""), .name = name};
+      const std::string name = j["metadata"].value("name", ""), tenant = j["metadata"].value("tenant", "");
+      if (here.empty() || here.back().name != name || here.back().tenant != tenant) {
+        Resident r{.tenant = tenant, .name = name};
         r.replica = !label(kDeploymentLabel).empty();
         r.movable = spec.ok() && (r.replica || label(kSafeToEvictLabel) == "true");
         r.marked = label(kEvictLabel) == "true";
         if (spec.ok()) r.gpus = WorkerGpus(*spec), r.cpu = spec->cpu_milli, r.mem = spec->mem_mib;
         if (spec.ok()) for (const std::string& m : spec->gpu_models) r.models.push_back(CanonicalModel(m));
+        if (spec.ok()) r.pool = spec->pool;
         here.push_back(std::move(r));
       }
       ++here.back().workers;
@@ -305,18 +316,21 @@ void NodeAutoscaler::Turn() {
     }
   }
 
-  std::vector<std::string> to_power_on, to_cordon, to_uncordon, to_drain;
+  std::vector<std::string> to_power_on, to_cordon, to_uncordon;
   std::vector<std::pair<std::string, std::string>> off_reasons;
   struct Move {
     std::string node, why;
     std::vector<Resident> residents;
   };
-  std::vector<Move> to_consolidate, to_abandon;
+  std::vector<Move> to_consolidate, to_abandon, to_drain;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!loaded_) {  // nodes a previous server added
       for (const std::string& n : labelled) {
-        if (ready[n]) added_[n] = {.powered_on_us = now, .registered = true};  // powered-off ones stay free
+        if (!ready[n]) continue;  // powered-off ones stay free
+        added_[n] = {.powered_on_us = now, .registered = true};
+        // One being emptied when that server stopped: carried on (or abandoned) from here.
+        if (consolidating.count(n)) added_[n].consolidating_since_us = now;
       }
       loaded_ = true;
     }
@@ -385,8 +399,10 @@ void NodeAutoscaler::Turn() {
       if (a.consolidating_since_us != 0) moving = name;
     }
     bool moving_now = !moving.empty();  // no scale-up this turn: the moved work is still landing
+    bool searched = false;
     if (!moving.empty()) {
       Added& a = added_[moving];
+      const std::vector<Resident>& here = on_node[moving];
       std::string why;
       for (const Pending& p : pending) {
         auto w = waiting_.find(p.key);
@@ -395,7 +411,7 @@ void NodeAutoscaler::Turn() {
           break;
         }
       }
-      for (const Resident& r : on_node[moving]) {
+      for (const Resident& r : here) {
         if (why.empty() && !r.movable) why = "job " + r.tenant + "/" + r.name + " runs there and cannot move";
       }
       if (why.empty() && now - a.consolidating_since_us > options_.provision_timeout.count() * 1000) {
@@ -404,14 +420,20 @@ void NodeAutoscaler::Turn() {
       if (!why.empty()) {
         a.consolidating_since_us = 0;
         a.drained = false;
-        a.consolidate_retry_us = now + options_.backoff.count() * 1000;
-        to_abandon.push_back({moving, why, on_node[moving]});
-      } else if (!a.drained && std::none_of(on_node[moving].begin(), on_node[moving].end(),
-                                            [](const Resident& r) { return r.replica; })) {
-        a.drained = true;  // the replicas have gone: now the jobs that can be requeued
-        to_drain.push_back(moving);
+        ++a.abandoned;
+        const int64_t wait = std::min(options_.max_backoff.count() * 1000,
+                                      (options_.backoff.count() * 1000) << std::min(a.abandoned - 1, 20));
+        a.consolidate_retry_us = now + wait;
+        to_abandon.push_back({moving, why + fmt::format("; not tried again for {} s", wait / 1'000'000), here});
+      } else if (!a.drained && !here.empty() &&
+                 std::none_of(here.begin(), here.end(), [](const Resident& r) { return r.replica; })) {
+        // The replicas have gone (a turn after the cordon at the earliest, so this list shows
+        // what the scheduler bound before it): now the jobs that may be requeued, by name.
+        a.drained = true;
+        to_drain.push_back({moving, "", here});
       }
     } else if (options_.consolidate_below > 0 && pending.empty() && !in_flight) {
+      searched = true;
       // Room on the nodes that stay: not ours, or ours with work on them (moving work onto an
       // empty node of ours would only swap which node goes).
       std::map<std::string, Room> stays = free;
@@ -453,11 +475,13 @@ void NodeAutoscaler::Turn() {
         Added& a = added_[best];
         a.consolidating_since_us = now;
         a.underused_since_us = 0;
-        a.drained = std::none_of(on_node[best].begin(), on_node[best].end(), [](const Resident& r) { return r.replica; });
+        a.drained = false;
         to_consolidate.push_back({best, fmt::format("{:.0f}% of it in use", best_use * 100), on_node[best]});
-        if (a.drained) to_drain.push_back(best);
         moving_now = true;
       }
+    }
+    if (!searched) {  // a node is underused only while nothing else is going on
+      for (auto& [name, a] : added_) a.underused_since_us = 0;
     }
 
     // 4. Scale up, one wave at a time.
@@ -547,37 +571,40 @@ void NodeAutoscaler::Turn() {
   }
   for (const Move& m : to_consolidate) {
     Status c = control_ != nullptr ? control_->Cordon(m.node, true) : OkStatus();
+    if (c.ok()) c = SetLabel(store_, {"Node", "", m.node}, kConsolidatingLabel, true);  // a restarted server carries on
     if (!c.ok()) {
       spdlog::warn("node autoscaler: {} could be emptied ({}), but cordon failed (tried again later): {}", m.node, m.why,
                    std::string(c.message()));
+      if (control_ != nullptr) (void)control_->Cordon(m.node, false);
       std::lock_guard<std::mutex> l(mu_);
       if (auto it = added_.find(m.node); it != added_.end()) it->second.consolidating_since_us = 0;
-      std::erase(to_drain, m.node);
       continue;
     }
     int replicas = 0, requeued = 0;
     for (const Resident& r : m.residents) {
       (r.replica ? replicas : requeued) += 1;
       if (!r.replica) continue;
-      Status l = SetJobLabel(store_, r.tenant, r.name, kEvictLabel, true);
+      Status l = SetLabel(store_, {"Job", r.tenant, r.name}, kEvictLabel, true);
       if (!l.ok()) spdlog::warn("node autoscaler: replica {}/{}: {}", r.tenant, r.name, std::string(l.message()));
     }
     spdlog::info("node autoscaler: consolidating {} ({}; its work fits on the other nodes): cordoned; {} replica(s) "
-                 "replaced elsewhere, then {} job(s) requeued; powered off once empty",
+                 "replaced elsewhere, then {} safe-to-evict job(s) requeued; powered off once empty",
                  m.node, m.why, replicas, requeued);
     if (consolidations_ != nullptr) consolidations_->Inc({"started"});
   }
-  for (const std::string& name : to_drain) {
-    Status d = control_ != nullptr ? control_->Drain(name) : OkStatus();
-    if (!d.ok()) spdlog::warn("node autoscaler: drain {}: {}", name, std::string(d.message()));
+  for (const Move& m : to_drain) {
+    for (const Resident& r : m.residents) {
+      Status d = control_ != nullptr ? control_->EvictJob(r.tenant, r.name, m.node) : OkStatus();
+      if (!d.ok()) spdlog::warn("node autoscaler: requeue {}/{} off {}: {}", r.tenant, r.name, m.node, std::string(d.message()));
+    }
   }
   for (const Move& m : to_abandon) {
-    spdlog::warn("node autoscaler: consolidation of {} abandoned: {}; node uncordoned, not tried again for {} s",
-                 m.node, m.why, options_.backoff.count() / 1000);
+    spdlog::warn("node autoscaler: consolidation of {} abandoned: {}; node uncordoned", m.node, m.why);
     if (control_ != nullptr) (void)control_->Cordon(m.node, false);
+    (void)SetLabel(store_, {"Node", "", m.node}, kConsolidatingLabel, false);
     for (const Resident& r : m.residents) {
       if (!r.marked) continue;
-      Status l = SetJobLabel(store_, r.tenant, r.name, kEvictLabel, false);
+      Status l = SetLabel(store_, {"Job", r.tenant, r.name}, kEvictLabel, false);
       if (!l.ok()) spdlog::warn("node autoscaler: replica {}/{}: {}", r.tenant, r.name, std::string(l.message()));
     }
     if (consolidations_ != nullptr) consolidations_->Inc({"abandoned"});
@@ -585,6 +612,7 @@ void NodeAutoscaler::Turn() {
   for (const auto& [name, reason] : off_reasons) {
     Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();
     if (!c.ok() && c.code() != StatusCode::kNotFound) spdlog::warn("node autoscaler: cordon {}: {}", name, std::string(c.message()));
+    if (reason == "consolidated") (void)SetLabel(store_, {"Node", "", name}, kConsolidatingLabel, false);
     Status off = provisioner_->PowerOff(name);
     spdlog::info("node autoscaler: powering off {} ({}){}", name, reason, off.ok() ? "" : ": " + std::string(off.message()));
     if (powered_off_ != nullptr) powered_off_->Inc({reason});

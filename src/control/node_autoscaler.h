@@ -32,11 +32,16 @@
 //    being provisioned. The node is cordoned; Deployment replicas on it are labelled
 //    aicloud/evict=true and their controller replaces them like replicas of an old revision
 //    (the new one is started elsewhere first, within maxSurge / maxUnavailable); jobs labelled
-//    aicloud/safe-to-evict=true are drained once no replica is left there (their attempt ends
-//    and they are requeued, not counted as a failure). Other jobs pin their node (a training
-//    job is never stopped to save a node). It is abandoned (node uncordoned, labels taken off,
-//    not tried again for `backoff`) when a job has waited `pending_for` for room meanwhile (the
-//    replacements do not fit after all) or it has not finished within `provision_timeout`.
+//    aicloud/safe-to-evict=true are requeued by name (their attempt ends, not counted as a
+//    failure) once no replica is left there, a turn after the cordon at the earliest. Other jobs
+//    pin their node (a training job is never stopped to save a node): one found there meanwhile
+//    abandons the move. It is abandoned too (node uncordoned, labels taken off, not tried again
+//    for `backoff`, doubling per abandon up to `max_backoff`) when a job has waited
+//    `pending_for` for room (the replacements do not fit after all) or the node is not empty
+//    within `provision_timeout`. The fit check knows lanes and keeps off tainted nodes, not
+//    tolerations, MIG or NVLink rules. The Node carries aicloud/consolidating=true meanwhile, so
+//    a restarted server carries the move on. A node counts as underused only while no job waits
+//    for room, no node is being provisioned and nothing else is being emptied.
 // A powered-off node's name is reused only once its Node is no longer Ready (its last heartbeat
 // ages out), so the old machine's Node object is never taken for the new one registering.
 // The nodes it added carry the label aicloud/autoscaled=true on their Node object, so a
@@ -67,6 +72,8 @@ class ControlPlane;
 inline constexpr char kAutoscaledLabel[] = "aicloud/autoscaled";
 // A job with this label set to "true" may be stopped and requeued to empty a node it runs on.
 inline constexpr char kSafeToEvictLabel[] = "aicloud/safe-to-evict";
+// On a Node being emptied by consolidation, so a restarted server carries the move on.
+inline constexpr char kConsolidatingLabel[] = "aicloud/consolidating";
 
 // The capacity one new node brings.
 struct NodeShape {
@@ -165,6 +172,7 @@ class NodeAutoscaler {
     int64_t consolidating_since_us = 0;  // 0 = not being emptied
     bool drained = false;            // its safe-to-evict jobs were drained
     int64_t consolidate_retry_us = 0;  // an abandoned consolidation is not tried again before this
+    int abandoned = 0;                 // consolidations of it abandoned: the wait doubles each time
   };
   struct Waiting {  // a job Pending as Unschedulable
     int64_t since_us = 0;

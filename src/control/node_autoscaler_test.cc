@@ -94,8 +94,14 @@ class NodeAutoscalerTest : public ::testing::Test {
     j["metadata"]["labels"] = std::move(labels);
     ASSERT_TRUE(store_.Update(j, 0).ok());
   }
-  std::string LabelOf(const std::string& job, const char* key) {
-    StatusOr<json> j = store_.Get({"Job", "t", job});
+  std::string NodeLabel(const std::string& node, const char* key) {
+    StatusOr<json> n = store_.Get({"Node", "", node});
+    if (!n.ok()) return "(no node)";
+    json l = n->at("metadata").value("labels", json::object());
+    return l.is_object() ? l.value(key, "") : "";
+  }
+  std::string LabelOf(const std::string& job, const char* key, const std::string& tenant = "t") {
+    StatusOr<json> j = store_.Get({"Job", tenant, job});
     if (!j.ok()) return "(no job)";
     json l = j->at("metadata").value("labels", json::object());
     return l.is_object() ? l.value(key, "") : "";
@@ -194,12 +200,15 @@ TEST_F(NodeAutoscalerTest, AMoveWhoseWorkFindsNoRoomIsAbandonedAndNotRetriedForT
   clock_.Advance(1'000'000);
   na.Turn();
   ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
-  // The successor cannot be placed after all (the scheduler sees what this pass does not).
-  Job("chat-2", Gpus(1, 1), "Pending", "Unschedulable");
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "true");
+  // The successor cannot be placed after all (the scheduler sees what this pass does not). It
+  // would need a new node, but none is added while the move is on.
+  Job("chat-2", Gpus(1, 8), "Pending", "Unschedulable");
   na.Turn();
   clock_.Advance(2'000'000);
   na.Turn();
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "the label comes off: the replica stays";
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
   EXPECT_EQ(Consolidations("abandoned"), 1);
   EXPECT_EQ(prov_.on.size(), 1u) << "no node is added for the successor in the turn the move is abandoned";
   ASSERT_TRUE(store_.Delete({"Job", "t", "chat-2"}, 0).ok());  // its controller drops the extra replica
@@ -214,6 +223,95 @@ TEST_F(NodeAutoscalerTest, AMoveWhoseWorkFindsNoRoomIsAbandonedAndNotRetriedForT
     na.Turn();
   }
   EXPECT_EQ(Consolidations("started"), 2) << "tried again after the back-off";
+}
+
+TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
+  NodeAutoscalerOptions o{.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
+                          .provision_timeout = std::chrono::seconds(900)};
+  {
+    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, o);
+    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
+    clock_.Advance(61'000'000);
+    before.Turn();
+    ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
+  }
+  // The server stops mid-move: the node stays cordoned with the replica labelled. The next one
+  // carries the move on: the replica is replaced and the node powered off as consolidated.
+  NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, o);
+  after.Turn();
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());
+  Labelled("chat-2", Gpus(1, 1), "sim-0", kReplica);
+  clock_.Advance(2'000'000);
+  after.Turn();
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "") << "cleared when powered off";
+}
+
+TEST_F(NodeAutoscalerTest, AMoveARestartedServerCannotFinishIsAbandoned) {
+  NodeAutoscalerOptions o{.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
+                          .provision_timeout = std::chrono::seconds(900)};
+  {
+    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, o);
+    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
+    clock_.Advance(61'000'000);
+    before.Turn();
+  }
+  NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, o);
+  for (int i = 0; i < 95; ++i) {  // nothing moves for 950 s
+    clock_.Advance(10'000'000);
+    after.Turn();
+  }
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "abandoned after --node-provision-timeout";
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
+  EXPECT_TRUE(prov_.off.empty());
+}
+
+TEST_F(NodeAutoscalerTest, JobsOfTwoTenantsWithOneNameAreTwoJobs) {
+  // A replica of tenant t and a training job of tenant u, both named "chat-1", on auto-0: the
+  // training job pins the node although the replica could move.
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  json other = {{"apiVersion", "aicloud/v1"}, {"kind", "Job"}, {"metadata", {{"name", "chat-1"}, {"tenant", "u"}}},
+                {"spec", Gpus(1, 1)}, {"status", {{"phase", "Running"}, {"workers", {{{"node", "auto-0"}}}}}}};
+  ASSERT_TRUE(store_.Create(other).ok());
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 0);
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+}
+
+TEST_F(NodeAutoscalerTest, WorkIsNotMovedIntoAnotherLaneOrOntoATaintedNode) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  json n = *store_.Get({"Node", "", "sim-0"});
+  n["spec"]["taints"] = {{{"key", "maintenance"}, {"effect", "NoSchedule"}}};
+  ASSERT_TRUE(store_.Update(n, 0).ok());
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 0) << "sim-0, the only room, is tainted";
+  n["spec"]["taints"] = {{{"key", "maintenance"}, {"effect", "PreferNoSchedule"}}};
+  n["spec"]["pool"] = "batch";
+  ASSERT_TRUE(store_.Update(n, 0).ok());
+  json pooled = Gpus(1, 1);
+  pooled["pool"] = "interactive";
+  Labelled("chat-1", pooled, "auto-0", kReplica);
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 0) << "sim-0 is in lane batch, the replica in lane interactive";
+  Labelled("chat-1", Gpus(1, 1), "auto-0", kReplica);  // no lane: it may go to sim-0
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 1) << "a PreferNoSchedule taint does not keep it off";
 }
 
 TEST_F(NodeAutoscalerTest, ANodeUsedAtTheThresholdIsKept) {
