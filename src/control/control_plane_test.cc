@@ -248,6 +248,24 @@ TEST_F(ControlPlaneTest, DrainRequeuesWithoutUsingARetry) {
   EXPECT_TRUE((*store_.Get({"Node", "", "a"}))["spec"]["unschedulable"].get<bool>());
 }
 
+TEST_F(ControlPlaneTest, EvictJobRequeuesThatJobAloneWithoutUsingARetry) {
+  std::string e1 = Register("a", 2);
+  Submit("move", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  Submit("stay", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  ASSERT_EQ(Assigned("a", e1).size(), 2u);
+  std::string e2 = Register("b", 1);
+  ASSERT_TRUE(cp_->Cordon("a", true).ok());
+  EXPECT_EQ(cp_->EvictJob("nlp", "move", "b").code(), StatusCode::kFailedPrecondition) << "not on b";
+  EXPECT_EQ(cp_->EvictJob("nlp", "nope", "a").code(), StatusCode::kNotFound);
+  ASSERT_TRUE(cp_->EvictJob("nlp", "move", "a").ok());
+  cp_->Sync();
+  EXPECT_EQ(JobNow("move")["status"]["failures"], 0);
+  ASSERT_EQ(Assigned("a", e1).size(), 1u) << "the other job on the node is untouched";
+  EXPECT_EQ(Assigned("a", e1)[0]["job"], "stay");
+  ASSERT_EQ(Assigned("b", e2).size(), 1u) << JobNow("move").dump();
+  EXPECT_EQ(Assigned("b", e2)[0]["job"], "move");
+}
+
 TEST_F(ControlPlaneTest, RestartReadoptsPlacementsWithoutDoubleBooking) {
   std::string e = Register("a", 1);
   Submit("j", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
