@@ -242,9 +242,15 @@ void NodeAutoscaler::Turn() {
   const int64_t now = clock_->NowMicros();
   StatusOr<store::ListResult> nodes = store_->List({.kind = "Node"});
   StatusOr<store::ListResult> jobs = store_->List({.kind = "Job"});
-  if (!nodes.ok() || !jobs.ok()) {
-    spdlog::warn("node autoscaler: cannot list: {}", std::string((nodes.ok() ? jobs.status() : nodes.status()).message()));
+  StatusOr<store::ListResult> deployments = store_->List({.kind = "Deployment"});
+  if (!nodes.ok() || !jobs.ok() || !deployments.ok()) {
+    const Status& bad = !nodes.ok() ? nodes.status() : !jobs.ok() ? jobs.status() : deployments.status();
+    spdlog::warn("node autoscaler: cannot list: {}", std::string(bad.message()));
     return;
+  }
+  std::set<std::string> serving;  // "tenant/name" of the Deployments: their replicas are replaced
+  for (const json& d : deployments->items) {
+    serving.insert(d["metadata"].value("tenant", "") + "/" + d["metadata"].value("name", ""));
   }
   // Which nodes are Ready, which are busy, which did we add.
   std::map<std::string, bool> ready;
@@ -295,7 +301,8 @@ void NodeAutoscaler::Turn() {
       const std::string name = j["metadata"].value("name", ""), tenant = j["metadata"].value("tenant", "");
       if (here.empty() || here.back().name != name || here.back().tenant != tenant) {
         Resident r{.tenant = tenant, .name = name};
-        r.replica = !label(kDeploymentLabel).empty();
+        // A replica only if its Deployment exists (whose controller starts the successor).
+        r.replica = !label(kDeploymentLabel).empty() && serving.count(tenant + "/" + label(kDeploymentLabel));
         r.movable = spec.ok() && (r.replica || label(kSafeToEvictLabel) == "true");
         r.marked = label(kEvictLabel) == "true";
         if (spec.ok()) r.gpus = WorkerGpus(*spec), r.cpu = spec->cpu_milli, r.mem = spec->mem_mib;

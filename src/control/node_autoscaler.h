@@ -29,7 +29,8 @@
 //    left on the other Ready nodes, is emptied and then powered off, as cluster-autoscaler's
 //    utilization-based scale-down (--scale-down-utilization-threshold 0.5) and Karpenter's
 //    consolidation do. One node at a time, and only while no job waits for room and no node is
-//    being provisioned. The node is cordoned; Deployment replicas on it are labelled
+//    being provisioned. The node is cordoned; Deployment replicas on it (of a Deployment that
+//    exists) are labelled
 //    aicloud/evict=true and their controller replaces them like replicas of an old revision
 //    (the new one is started elsewhere first, within maxSurge / maxUnavailable); jobs labelled
 //    aicloud/safe-to-evict=true are requeued by name (their attempt ends, not counted as a

@@ -115,6 +115,10 @@ class NodeAutoscalerTest : public ::testing::Test {
   // sim-0 (not ours, 8 GPUs, 6 in use by a training job) and auto-0 (added for a job of 8 GPUs
   // that then ended), on which `what` now runs.
   void AddedNodeRunning(NodeAutoscaler& na, const std::string& what, json spec, json labels) {
+    if (!store_.Get({"Deployment", "t", "chat"}).ok()) {  // the replicas' Deployment
+      ASSERT_TRUE(store_.Create({{"apiVersion", "aicloud/v1"}, {"kind", "Deployment"},
+                                 {"metadata", {{"name", "chat"}, {"tenant", "t"}}}, {"spec", {{"model", "/m"}}}}).ok());
+    }
     prov_.RegisterWithGpus("sim-0", 8);
     Job("train", Gpus(1, 6), "Running", "", "sim-0");
     Job("big", Gpus(1, 8), "Pending", "Unschedulable");
@@ -264,6 +268,19 @@ TEST_F(NodeAutoscalerTest, AMoveARestartedServerCannotFinishIsAbandoned) {
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "abandoned after --node-provision-timeout";
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
   EXPECT_TRUE(prov_.off.empty());
+}
+
+TEST_F(NodeAutoscalerTest, AJobLabelledForADeploymentThatDoesNotExistIsNoReplica) {
+  // Nobody would start its successor: it pins its node like any job that cannot move.
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  AddedNodeRunning(na, "ghost-1", Gpus(1, 1), {{kDeploymentLabel, "ghost"}});
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(Consolidations("started"), 0);
+  EXPECT_EQ(LabelOf("ghost-1", kEvictLabel), "");
 }
 
 TEST_F(NodeAutoscalerTest, JobsOfTwoTenantsWithOneNameAreTwoJobs) {
