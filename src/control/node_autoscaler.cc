@@ -619,7 +619,9 @@ void NodeAutoscaler::Turn() {
   for (const auto& [name, reason] : off_reasons) {
     Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();
     if (!c.ok() && c.code() != StatusCode::kNotFound) spdlog::warn("node autoscaler: cordon {}: {}", name, std::string(c.message()));
-    if (reason == "consolidated") (void)SetLabel(store_, {"Node", "", name}, kConsolidatingLabel, false);
+    // Whatever the reason (a node lost mid-move too): a stale mark would make a later server
+    // resume a move on the machine that takes this name next.
+    (void)SetLabel(store_, {"Node", "", name}, kConsolidatingLabel, false);
     Status off = provisioner_->PowerOff(name);
     spdlog::info("node autoscaler: powering off {} ({}){}", name, reason, off.ok() ? "" : ": " + std::string(off.message()));
     if (powered_off_ != nullptr) powered_off_->Inc({reason});
@@ -627,6 +629,7 @@ void NodeAutoscaler::Turn() {
   for (const std::string& name : to_power_on) {
     // A released name comes back: let the scheduler use it again once it registers.
     if (control_ != nullptr && store_->Get({"Node", "", name}).ok()) (void)control_->Cordon(name, false);
+    (void)SetLabel(store_, {"Node", "", name}, kConsolidatingLabel, false);
     Status on = provisioner_->PowerOn(name);
     if (!on.ok()) {
       spdlog::warn("node autoscaler: power on {}: {}", name, std::string(on.message()));

@@ -270,6 +270,23 @@ TEST_F(NodeAutoscalerTest, AMoveARestartedServerCannotFinishIsAbandoned) {
   EXPECT_TRUE(prov_.off.empty());
 }
 
+TEST_F(NodeAutoscalerTest, ANodeLostMidMoveLosesItsMark) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
+                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
+                     .provision_timeout = std::chrono::seconds(120)});
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  clock_.Advance(61'000'000);
+  na.Turn();
+  ASSERT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "true");
+  prov_.SetPhase("auto-0", "NotReady");  // the machine dies
+  for (int i = 0; i < 14; ++i) {
+    clock_.Advance(10'000'000);
+    na.Turn();
+  }
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "") << "a later server must not resume a move on it";
+}
+
 TEST_F(NodeAutoscalerTest, AJobLabelledForADeploymentThatDoesNotExistIsNoReplica) {
   // Nobody would start its successor: it pins its node like any job that cannot move.
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
