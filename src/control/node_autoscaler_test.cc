@@ -270,7 +270,7 @@ TEST_F(NodeAutoscalerTest, AMoveARestartedServerCannotFinishIsAbandoned) {
   EXPECT_TRUE(prov_.off.empty());
 }
 
-TEST_F(NodeAutoscalerTest, ANodeLostMidMoveLosesItsMark) {
+TEST_F(NodeAutoscalerTest, AMoveOfANodeThatDiesIsAbandonedAndTheNodeLosesItsMark) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
                     {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
                      .provision_timeout = std::chrono::seconds(120)});
@@ -283,6 +283,7 @@ TEST_F(NodeAutoscalerTest, ANodeLostMidMoveLosesItsMark) {
     clock_.Advance(10'000'000);
     na.Turn();
   }
+  EXPECT_EQ(Consolidations("abandoned"), 1) << "the move times out before the node counts as lost";
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "") << "a later server must not resume a move on it";
 }
