@@ -599,6 +599,14 @@ TEST_F(DeploymentControllerTest, APortAnsweredByAnotherEngineIsNotRoutedToAndNot
   std::set<std::string> ports;
   for (const json& j : Replicas()) ports.insert(j["metadata"]["labels"][kPortLabel].get<std::string>());
   EXPECT_EQ(ports, (std::set<std::string>{"21002", "21003"}));
+  // Ten minutes on, the held ports are handed out again.
+  RunAll({.healthy = true, .model = "chat"});
+  clock_.Advance(601'000'000);
+  Apply({{"model", "/m"}, {"replicas", {{"min", 3}, {"max", 3}}}});
+  dc_->Turn();
+  ports.clear();
+  for (const json& j : Replicas()) ports.insert(j["metadata"]["labels"][kPortLabel].get<std::string>());
+  EXPECT_EQ(ports, (std::set<std::string>{"21000", "21002", "21003"}));
 }
 
 TEST_F(DeploymentControllerTest, AReplicaMadeBeforeEnginesNamedTheirInstanceIsCheckedByModel) {
