@@ -74,6 +74,13 @@ class NodeAutoscalerTest : public ::testing::Test {
     StatusOr<json> cur = store_.Get({"Job", "t", name});
     ASSERT_TRUE((cur.ok() ? store_.Update(j, 0) : store_.Create(j)).ok());
   }
+  // `n` turns `seconds` apart.
+  void Turns(int seconds, NodeAutoscaler& na, int n) {
+    for (int i = 0; i < n; ++i) {
+      clock_.Advance(int64_t{seconds} * 1'000'000);
+      na.Turn();
+    }
+  }
   // Two turns 2 s apart: long enough for a job pending_for 1 s to count, and for its wave.
   void TwoTurns(NodeAutoscaler& na) {
     for (int i = 0; i < 2; ++i) {
@@ -140,15 +147,13 @@ class NodeAutoscalerTest : public ::testing::Test {
 
 const json kReplica = {{kDeploymentLabel, "chat"}};
 constexpr auto kOneMinute = std::chrono::seconds(60);
+// A pool of two nodes, a job pending 1 s asks for one, a node unneeded (or underused) for 60 s.
+const NodeAutoscalerOptions kPool2{.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute};
 
 TEST_F(NodeAutoscalerTest, AnUnderusedAddedNodeIsEmptiedAndPoweredOffWhenItsReplicasFitElsewhere) {
-  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
-                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);  // 1 of 8 GPUs in use; sim-0 has 2 free
-  for (int i = 0; i < 5; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 5);
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "underused for less than --node-unneeded";
   clock_.Advance(11'000'000);
   na.Turn();
@@ -172,13 +177,9 @@ TEST_F(NodeAutoscalerTest, AnUnderusedAddedNodeIsEmptiedAndPoweredOffWhenItsRepl
 }
 
 TEST_F(NodeAutoscalerTest, AJobThatCannotMovePinsItsNodeUnlessLabelledSafeToEvict) {
-  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
-                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   AddedNodeRunning(na, "train-2", Gpus(1, 1), json::object());
-  for (int i = 0; i < 20; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 20);
   EXPECT_EQ(Consolidations("started"), 0) << "a plain job is never stopped to save a node";
   EXPECT_TRUE(prov_.off.empty());
   // Labelled safe-to-evict: drained at once (no replica to wait for), powered off once empty.
@@ -216,16 +217,10 @@ TEST_F(NodeAutoscalerTest, AMoveWhoseWorkFindsNoRoomIsAbandonedAndNotRetriedForT
   EXPECT_EQ(Consolidations("abandoned"), 1);
   EXPECT_EQ(prov_.on.size(), 1u) << "no node is added for the successor in the turn the move is abandoned";
   ASSERT_TRUE(store_.Delete({"Job", "t", "chat-2"}, 0).ok());  // its controller drops the extra replica
-  for (int i = 0; i < 25; ++i) {  // 250 s: past --node-unneeded, not past the back-off
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 25);  // 250 s: past --node-unneeded, not past the back-off
   EXPECT_EQ(Consolidations("started"), 1);
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
-  for (int i = 0; i < 12; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 12);
   EXPECT_EQ(Consolidations("started"), 2) << "tried again after the back-off";
 }
 
@@ -261,10 +256,7 @@ TEST_F(NodeAutoscalerTest, AMoveARestartedServerCannotFinishIsAbandoned) {
     before.Turn();
   }
   NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, o);
-  for (int i = 0; i < 95; ++i) {  // nothing moves for 950 s
-    clock_.Advance(10'000'000);
-    after.Turn();
-  }
+  Turns(10, after, 95);  // nothing moves for 950 s
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "abandoned after --node-provision-timeout";
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
   EXPECT_TRUE(prov_.off.empty());
@@ -279,10 +271,7 @@ TEST_F(NodeAutoscalerTest, AMoveOfANodeThatDiesIsAbandonedAndTheNodeLosesItsMark
   na.Turn();
   ASSERT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "true");
   prov_.SetPhase("auto-0", "NotReady");  // the machine dies
-  for (int i = 0; i < 14; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 14);
   EXPECT_EQ(Consolidations("abandoned"), 1) << "the move times out before the node counts as lost";
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "") << "a later server must not resume a move on it";
@@ -290,13 +279,9 @@ TEST_F(NodeAutoscalerTest, AMoveOfANodeThatDiesIsAbandonedAndTheNodeLosesItsMark
 
 TEST_F(NodeAutoscalerTest, AJobLabelledForADeploymentThatDoesNotExistIsNoReplica) {
   // Nobody would start its successor: it pins its node like any job that cannot move.
-  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
-                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   AddedNodeRunning(na, "ghost-1", Gpus(1, 1), {{kDeploymentLabel, "ghost"}});
-  for (int i = 0; i < 10; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 10);
   EXPECT_EQ(Consolidations("started"), 0);
   EXPECT_EQ(LabelOf("ghost-1", kEvictLabel), "");
 }
@@ -304,31 +289,23 @@ TEST_F(NodeAutoscalerTest, AJobLabelledForADeploymentThatDoesNotExistIsNoReplica
 TEST_F(NodeAutoscalerTest, JobsOfTwoTenantsWithOneNameAreTwoJobs) {
   // A replica of tenant t and a training job of tenant u, both named "chat-1", on auto-0: the
   // training job pins the node although the replica could move.
-  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
-                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
   json other = {{"apiVersion", "aicloud/v1"}, {"kind", "Job"}, {"metadata", {{"name", "chat-1"}, {"tenant", "u"}}},
                 {"spec", Gpus(1, 1)}, {"status", {{"phase", "Running"}, {"workers", {{{"node", "auto-0"}}}}}}};
   ASSERT_TRUE(store_.Create(other).ok());
-  for (int i = 0; i < 10; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 10);
   EXPECT_EQ(Consolidations("started"), 0);
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
 }
 
 TEST_F(NodeAutoscalerTest, WorkIsNotMovedIntoAnotherLaneOrOntoATaintedNode) {
-  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
-                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
   json n = *store_.Get({"Node", "", "sim-0"});
   n["spec"]["taints"] = {{{"key", "maintenance"}, {"effect", "NoSchedule"}}};
   ASSERT_TRUE(store_.Update(n, 0).ok());
-  for (int i = 0; i < 10; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 10);
   EXPECT_EQ(Consolidations("started"), 0) << "sim-0, the only room, is tainted";
   n["spec"]["taints"] = {{{"key", "maintenance"}, {"effect", "PreferNoSchedule"}}};
   n["spec"]["pool"] = "batch";
@@ -336,28 +313,18 @@ TEST_F(NodeAutoscalerTest, WorkIsNotMovedIntoAnotherLaneOrOntoATaintedNode) {
   json pooled = Gpus(1, 1);
   pooled["pool"] = "interactive";
   Labelled("chat-1", pooled, "auto-0", kReplica);
-  for (int i = 0; i < 10; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 10);
   EXPECT_EQ(Consolidations("started"), 0) << "sim-0 is in lane batch, the replica in lane interactive";
   Labelled("chat-1", Gpus(1, 1), "auto-0", kReplica);  // no lane: it may go to sim-0
-  for (int i = 0; i < 7; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 7);
   EXPECT_EQ(Consolidations("started"), 1) << "a PreferNoSchedule taint does not keep it off";
 }
 
 TEST_F(NodeAutoscalerTest, ANodeUsedAtTheThresholdIsKept) {
-  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
-                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   AddedNodeRunning(na, "chat-1", Gpus(1, 4), kReplica);  // 4 of 8: not below 0.5
   Job("train", Gpus(1, 6), "Succeeded");                 // sim-0 has room for it
-  for (int i = 0; i < 20; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 20);
   EXPECT_EQ(Consolidations("started"), 0);
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
 }
@@ -379,30 +346,19 @@ class PackingTest : public NodeAutoscalerTest {
 };
 
 TEST_F(PackingTest, AReplicaMovesOntoTheFreeRoomOfAnotherBusyAddedNode) {
-  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
-                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   TwoAddedNodes(na);
-  for (int i = 0; i < 7; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 7);
   EXPECT_EQ(Consolidations("started"), 1);
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "true") << "bin-packed onto auto-1's free GPU";
 }
 
 TEST_F(PackingTest, WorkIsNotMovedOntoAnAddedNodeThatWentEmpty) {
-  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_,
-                    {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute});
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   TwoAddedNodes(na);
-  for (int i = 0; i < 3; ++i) {  // auto-0 underused for 30 s, with room on auto-1
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 3);  // auto-0 underused for 30 s, with room on auto-1
   Job("more", Gpus(1, 6), "Succeeded");  // auto-1 is empty now: moving there would only swap nodes
-  for (int i = 0; i < 10; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 10);
   EXPECT_EQ(Consolidations("started"), 0);
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-1"}) << "the empty one goes as unneeded";
@@ -413,10 +369,7 @@ TEST_F(NodeAutoscalerTest, ConsolidationIsOffAtAZeroThreshold) {
                     {.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
                      .consolidate_below = 0});
   AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
-  for (int i = 0; i < 20; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 20);
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
   EXPECT_TRUE(prov_.off.empty());
 }
@@ -441,10 +394,7 @@ TEST_F(NodeAutoscalerTest, PowersOnEnoughNodesForUnschedulableJobsThenReleasesId
   EXPECT_EQ(store_.Get({"Node", "", "auto-0"})->at("metadata")["labels"][kAutoscaledLabel], "true");
   // auto-1 idles; auto-0 runs the job. After 60 s idle auto-1 is cordoned, and powered off
   // the turn after; auto-0 kept.
-  for (int i = 0; i < 6; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 6);
   EXPECT_TRUE(prov_.off.empty()) << "cordoned first";
   clock_.Advance(10'000'000);
   na.Turn();
@@ -452,10 +402,7 @@ TEST_F(NodeAutoscalerTest, PowersOnEnoughNodesForUnschedulableJobsThenReleasesId
   EXPECT_EQ(na.active(), 1);
   // The job ends: auto-0 goes too, after its own 60 s and the cordon's turn.
   Job("big", Gpus(3, 4), "Succeeded");
-  for (int i = 0; i < 8; ++i) {
-    clock_.Advance(10'000'000);
-    na.Turn();
-  }
+  Turns(10, na, 8);
   EXPECT_EQ(prov_.off, (std::vector<std::string>{"auto-1", "auto-0"}));
   EXPECT_EQ(na.active(), 0);
   // New work reuses the released names.
