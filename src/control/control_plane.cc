@@ -786,7 +786,9 @@ void ControlPlane::Flush() {
     }
     for (size_t i = 0; i < keys.size(); ++i) {
       if (keys[i].rfind("node:", 0) == 0) {
-        if (Node* n = FindNode(keys[i].substr(5))) n->dirty = false;
+        // A write that lost to another writer of the Node (a cordon, a label) is made again
+        // next turn from a fresh read, so a readiness change is never dropped.
+        if (Node* n = FindNode(keys[i].substr(5)); n != nullptr && results[i].ok()) n->dirty = false;
         continue;
       }
       auto it = jobs_.find(keys[i]);

@@ -330,6 +330,7 @@ void NodeAutoscaler::Turn() {
     std::vector<Resident> residents;
   };
   std::vector<Move> to_consolidate, to_abandon, to_drain;
+  std::vector<Move> to_continue;  // a move's later turns: why "cordon" = cordon again; replicas to label
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!loaded_) {  // nodes a previous server added
@@ -337,7 +338,7 @@ void NodeAutoscaler::Turn() {
         if (!ready[n]) continue;  // powered-off ones stay free
         added_[n] = {.powered_on_us = now, .registered = true};
         // One being emptied when that server stopped: carried on (or abandoned) from here.
-        if (consolidating.count(n)) added_[n].consolidating_since_us = now;
+        if (consolidating.count(n)) added_[n].consolidating_since_us = now, added_[n].resumed = true;
       }
       loaded_ = true;
     }
@@ -364,7 +365,8 @@ void NodeAutoscaler::Turn() {
         a.not_ready_since_us = 0;
       }
       if (a.consolidating_since_us != 0) {  // being emptied (step 3): gone once empty
-        if (a.registered && ready[name] && !busy.count(name)) off_reasons.emplace_back(name, "consolidated");
+        // (A resumed move cordons again first: the node goes a turn later at the earliest.)
+        if (a.registered && ready[name] && !busy.count(name) && !a.resumed) off_reasons.emplace_back(name, "consolidated");
         continue;
       }
       if (!a.registered || !ready[name] || busy.count(name)) {
@@ -424,20 +426,32 @@ void NodeAutoscaler::Turn() {
       if (why.empty() && now - a.consolidating_since_us > options_.provision_timeout.count() * 1000) {
         why = fmt::format("its work has not moved within {} s", options_.provision_timeout.count() / 1000);
       }
+      if (why.empty() && options_.consolidate_below <= 0) why = "consolidation is off (--node-consolidate-below 0)";
       if (!why.empty()) {
         a.consolidating_since_us = 0;
-        a.drained = false;
+        a.resumed = false;
+        a.requeued.clear();
         ++a.abandoned;
         const int64_t wait = std::min(options_.max_backoff.count() * 1000,
                                       (options_.backoff.count() * 1000) << std::min(a.abandoned - 1, 20));
         a.consolidate_retry_us = now + wait;
         to_abandon.push_back({moving, why + fmt::format("; not tried again for {} s", wait / 1'000'000), here});
-      } else if (!a.drained && !here.empty() &&
-                 std::none_of(here.begin(), here.end(), [](const Resident& r) { return r.replica; })) {
-        // The replicas have gone (a turn after the cordon at the earliest, so this list shows
-        // what the scheduler bound before it): now the jobs that may be requeued, by name.
-        a.drained = true;
-        to_drain.push_back({moving, "", here});
+      } else {
+        // Each turn: replicas not labelled yet (a write that failed, a move resumed after a
+        // restart) are labelled; once none is left, the jobs that may be requeued are, each
+        // once, by name (a turn after the cordon at the earliest, so this list shows what the
+        // scheduler bound before it).
+        Move step{moving, a.resumed ? "cordon" : "", {}};
+        a.resumed = false;
+        const bool replicas_left = std::any_of(here.begin(), here.end(), [](const Resident& r) { return r.replica; });
+        for (const Resident& r : here) {
+          if (r.replica && !r.marked) step.residents.push_back(r);
+          if (!r.replica && !replicas_left && !step.why.empty()) continue;  // requeue after the cordon's turn
+          if (!r.replica && !replicas_left && a.requeued.insert(r.tenant + "/" + r.name).second) {
+            to_drain.push_back({moving, "", {r}});
+          }
+        }
+        if (!step.why.empty() || !step.residents.empty()) to_continue.push_back(std::move(step));
       }
     } else if (options_.consolidate_below > 0 && pending.empty() && !in_flight) {
       searched = true;
@@ -482,7 +496,7 @@ void NodeAutoscaler::Turn() {
         Added& a = added_[best];
         a.consolidating_since_us = now;
         a.underused_since_us = 0;
-        a.drained = false;
+        a.requeued.clear();
         to_consolidate.push_back({best, fmt::format("{:.0f}% of it in use", best_use * 100), on_node[best]});
         moving_now = true;
       }
@@ -598,6 +612,16 @@ void NodeAutoscaler::Turn() {
                  "replaced elsewhere, then {} safe-to-evict job(s) requeued; powered off once empty",
                  m.node, m.why, replicas, requeued);
     if (consolidations_ != nullptr) consolidations_->Inc({"started"});
+  }
+  for (const Move& m : to_continue) {
+    if (m.why == "cordon" && control_ != nullptr) {
+      Status c = control_->Cordon(m.node, true);
+      if (!c.ok()) spdlog::warn("node autoscaler: cordon {} (a move carried on): {}", m.node, std::string(c.message()));
+    }
+    for (const Resident& r : m.residents) {
+      Status l = SetLabel(store_, {"Job", r.tenant, r.name}, kEvictLabel, true);
+      if (!l.ok()) spdlog::warn("node autoscaler: replica {}/{}: {}", r.tenant, r.name, std::string(l.message()));
+    }
   }
   for (const Move& m : to_drain) {
     for (const Resident& r : m.residents) {

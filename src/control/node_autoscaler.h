@@ -171,7 +171,8 @@ class NodeAutoscaler {
     bool cordoned = false;           // scale-down began: powered off at a later turn if still empty
     int64_t underused_since_us = 0;  // 0 = not a consolidation candidate (yet)
     int64_t consolidating_since_us = 0;  // 0 = not being emptied
-    bool drained = false;            // its safe-to-evict jobs were drained
+    bool resumed = false;            // a move found on the Node at start: cordoned again first
+    std::set<std::string> requeued;  // "tenant/name" of the safe-to-evict jobs moved off it
     int64_t consolidate_retry_us = 0;  // an abandoned consolidation is not tried again before this
     int abandoned = 0;                 // consolidations of it abandoned: the wait doubles each time
   };

@@ -5,9 +5,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
+#include "control/control_plane.h"
 #include "control/deployment.h"
 #include "store/memory_store.h"
 
@@ -222,6 +226,27 @@ TEST_F(NodeAutoscalerTest, AMoveWhoseWorkFindsNoRoomIsAbandonedAndNotRetriedForT
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
   Turns(10, na, 12);
   EXPECT_EQ(Consolidations("started"), 2) << "tried again after the back-off";
+  // Abandoned again: the wait doubles (600 s).
+  Job("chat-2", Gpus(1, 8), "Pending", "Unschedulable");
+  Turns(2, na, 2);
+  ASSERT_EQ(Consolidations("abandoned"), 2);
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-2"}, 0).ok());
+  Turns(10, na, 50);  // 500 s: past the first back-off, not the second
+  EXPECT_EQ(Consolidations("started"), 2);
+  Turns(10, na, 17);
+  EXPECT_EQ(Consolidations("started"), 3);
+}
+
+TEST_F(NodeAutoscalerTest, AJobThatCannotMoveFoundDuringAMoveAbandonsIt) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  Turns(61, na, 1);
+  ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
+  Job("late", Gpus(1, 1), "Running", "", "auto-0");  // bound there just before the cordon
+  Turns(2, na, 1);
+  EXPECT_EQ(Consolidations("abandoned"), 1);
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+  EXPECT_TRUE(prov_.off.empty());
 }
 
 TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
@@ -236,14 +261,77 @@ TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
   }
   // The server stops mid-move: the node stays cordoned with the replica labelled. The next one
   // carries the move on: the replica is replaced and the node powered off as consolidated.
+  // Its label lost meanwhile (a write that failed): the resumed move labels it again.
+  json j = *store_.Get({"Job", "t", "chat-1"});
+  j["metadata"]["labels"].erase(kEvictLabel);
+  ASSERT_TRUE(store_.Update(j, 0).ok());
   NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, o);
   after.Turn();
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "true");
   ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());
   Labelled("chat-2", Gpus(1, 1), "sim-0", kReplica);
   clock_.Advance(2'000'000);
   after.Turn();
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "") << "cleared when powered off";
+}
+
+TEST_F(NodeAutoscalerTest, ANodeIsUnderusedAfreshOnceAJobStopsWaitingForRoom) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  Turns(10, na, 5);  // underused for 50 s
+  Job("huge", Gpus(1, 16), "Pending", "Unschedulable");  // no node helps; it still waits for room
+  Turns(10, na, 3);
+  ASSERT_TRUE(store_.Delete({"Job", "t", "huge"}, 0).ok());
+  Turns(10, na, 5);
+  EXPECT_EQ(Consolidations("started"), 0) << "the 60 s start again once nothing waits";
+  Turns(10, na, 2);
+  EXPECT_EQ(Consolidations("started"), 1);
+}
+
+TEST_F(NodeAutoscalerTest, ANameComingBackLosesAStaleMoveMark) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  Job("a", Gpus(1, 8), "Pending", "Unschedulable");
+  TwoTurns(na);
+  prov_.RegisterWithGpus("auto-0", 8);
+  Job("a", Gpus(1, 8), "Succeeded");
+  Turns(10, na, 8);  // idle, cordoned, powered off
+  ASSERT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+  json n = *store_.Get({"Node", "", "auto-0"});
+  n["metadata"]["labels"][kConsolidatingLabel] = "true";  // as a crash could have left it
+  ASSERT_TRUE(store_.Update(n, 0).ok());
+  Job("b", Gpus(1, 8), "Pending", "Unschedulable");
+  TwoTurns(na);
+  ASSERT_EQ(prov_.on.back(), "auto-0");
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
+}
+
+TEST_F(NodeAutoscalerTest, AResumedMoveOfAnEmptyNodeWaitsATurnForItsCordon) {
+  {
+    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
+    Turns(61, before, 1);
+  }
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());  // moved while no server ran
+  NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  after.Turn();
+  EXPECT_TRUE(prov_.off.empty()) << "cordoned again first";
+  Turns(2, after, 1);
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+}
+
+TEST_F(NodeAutoscalerTest, AResumedMoveIsAbandonedWhenConsolidationIsOff) {
+  {
+    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
+    Turns(61, before, 1);
+  }
+  NodeAutoscalerOptions off = kPool2;
+  off.consolidate_below = 0;
+  NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, off);
+  after.Turn();
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
 }
 
 TEST_F(NodeAutoscalerTest, AMoveARestartedServerCannotFinishIsAbandoned) {
@@ -600,6 +688,88 @@ TEST_F(NodeAutoscalerTest, AJobNewNodesDoNotHelpBacksOffExponentially) {
     na.Turn();
   }
   EXPECT_GT(prov_.on.size(), waves) << "a job that was placed kept its back-off";
+}
+
+// With the real control plane and scheduler: a safe-to-evict job on an underused added node is
+// requeued a turn after the node is cordoned, lands on sim-0, and the node is powered off.
+TEST(NodeAutoscalerWithControlPlane, ASafeToEvictJobIsMovedAfterTheCordonAndTheNodeGoes) {
+  store::MemoryStore store;
+  FakeClock clock{1'000'000'000};
+  Metrics metrics;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("aicloud-na-cp-" + std::to_string(::getpid()));
+  ControlPlane cp(&store, &clock, &metrics, ControlOptions{.data_dir = dir.string(), .tick = std::chrono::milliseconds(10)});
+  ASSERT_TRUE(cp.Start().ok());
+  FakeProvisioner prov(&store);
+  NodeAutoscaler na(&store, &cp, &clock, &metrics, &prov,
+                    {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(60)});
+  std::map<std::string, std::string> epoch;
+  auto node = [&](const std::string& n, int gpus) {
+    json g = json::array();
+    for (int i = 0; i < gpus; ++i) g.push_back({{"index", i}, {"model", "H100"}, {"nvlinkDomain", 0}});
+    StatusOr<json> r = cp.RegisterNode(n, {{"cpuMillis", 16000}, {"memoryBytes", int64_t{64} << 30}, {"gpus", g}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    epoch[n] = (*r)["epoch"];
+  };
+  auto heartbeat = [&] {
+    for (const auto& [n, e] : epoch) (void)cp.AgentReport(n, e, json::object());
+    cp.Sync();
+  };
+  auto report = [&](const std::string& n, const std::string& state) {  // every attempt on n
+    json a = (*cp.WaitAssignments(n, epoch[n], cp.instance(), -1, std::chrono::milliseconds(0)))["attempts"];
+    for (const json& x : a) {
+      (void)cp.AgentReport(n, epoch[n], {{"attempts", {{{"attempt", x["attempt"]}, {"state", state}, {"exitCode", 0}}}}});
+    }
+  };
+  auto submit = [&](const std::string& name, int gpus, json labels) {
+    ASSERT_TRUE(store.Create({{"apiVersion", "aicloud/v1"}, {"kind", "Job"},
+                              {"metadata", {{"name", name}, {"tenant", "nlp"}, {"labels", labels}}},
+                              {"spec", {{"command", "x"}, {"resources", {{"gpu", {{"count", gpus}}}}}}}})
+                    .ok());
+    cp.Sync();
+  };
+  auto where = [&](const std::string& job) {
+    json st = store.Get({"Job", "nlp", job})->value("status", json::object());
+    json w = st.value("workers", json::array());
+    return st.value("phase", std::string()) + "@" + (w.empty() ? std::string() : w[0].value("node", std::string()));
+  };
+  node("sim-0", 2);
+  submit("fill", 2, json::object());                      // sim-0 is full
+  submit("ckpt", 1, {{kSafeToEvictLabel, "true"}});       // so this one waits for a node
+  for (int i = 0; i < 3; ++i) {
+    clock.Advance(2'000'000);
+    heartbeat();
+    na.Turn();
+  }
+  ASSERT_EQ(prov.on, std::vector<std::string>{"auto-0"});
+  node("auto-0", 8);
+  heartbeat();
+  report("auto-0", "Running");
+  heartbeat();
+  ASSERT_EQ(where("ckpt"), "Running@auto-0");
+  report("sim-0", "Succeeded");  // fill ends: sim-0 has room
+  heartbeat();
+  int cordoned_at = -1, moved_at = -1, off_at = -1;
+  for (int t = 0; t < 12 && off_at < 0; ++t) {
+    clock.Advance(10'000'000);
+    heartbeat();
+    na.Turn();
+    heartbeat();
+    const bool cordoned = store.Get({"Node", "", "auto-0"})->at("spec").value("unschedulable", false);
+    if (cordoned && cordoned_at < 0) {
+      cordoned_at = t;
+      EXPECT_EQ(where("ckpt"), "Running@auto-0") << "not requeued in the turn of the cordon";
+    }
+    if (moved_at < 0 && where("ckpt") == "Scheduled@sim-0") moved_at = t;
+    if (!prov.off.empty()) off_at = t;
+  }
+  EXPECT_GE(cordoned_at, 5) << "after --node-unneeded";
+  EXPECT_EQ(moved_at, cordoned_at + 1);
+  EXPECT_EQ(off_at, moved_at + 1);
+  EXPECT_EQ(prov.off, std::vector<std::string>{"auto-0"});
+  EXPECT_EQ(store.Get({"Job", "nlp", "ckpt"})->at("status").value("failures", -1), 0);
+  cp.Stop();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ScriptProvisioner, RunsTheHookWithVerbAndNode) {
