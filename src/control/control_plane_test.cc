@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "store/memory_store.h"
 
@@ -264,6 +266,67 @@ TEST_F(ControlPlaneTest, EvictJobRequeuesThatJobAloneWithoutUsingARetry) {
   EXPECT_EQ(Assigned("a", e1)[0]["job"], "stay");
   ASSERT_EQ(Assigned("b", e2).size(), 1u) << JobNow("move").dump();
   EXPECT_EQ(Assigned("b", e2)[0]["job"], "move");
+}
+
+// A store that, once armed, lets another writer change Node `node` just before the control
+// plane's next write of it, so that write loses its compare-and-swap.
+class InterferingStore final : public store::Store {
+ public:
+  StatusOr<json> Get(const store::ObjectKey& key) override { return inner_.Get(key); }
+  StatusOr<std::vector<json>> Commit(std::vector<store::WriteOp> ops) override {
+    for (const store::WriteOp& op : ops) {
+      if (armed_.load() && op.type == store::WriteOp::Type::kUpdate && op.object.value("kind", "") == "Node" &&
+          op.object["metadata"].value("name", "") == node_) {
+        armed_ = false;
+        json other = *inner_.Get({"Node", "", node_});
+        other["metadata"]["labels"]["touched"] = "yes";  // e.g. the cluster autoscaler's label
+        EXPECT_TRUE(inner_.Update(other, 0).ok());
+      }
+    }
+    return inner_.Commit(std::move(ops));
+  }
+  StatusOr<store::ListResult> List(const store::ListOptions& o) override { return inner_.List(o); }
+  StatusOr<store::ChangesResult> Changes(const std::string& kind, int64_t after, int max) override {
+    return inner_.Changes(kind, after, max);
+  }
+  int64_t Revision() override { return inner_.Revision(); }
+  int64_t WaitForRevision(int64_t after, std::chrono::milliseconds timeout) override {
+    return inner_.WaitForRevision(after, timeout);
+  }
+  void Arm(const std::string& node) {
+    node_ = node;
+    armed_ = true;
+  }
+  bool armed() const { return armed_.load(); }
+
+ private:
+  store::MemoryStore inner_;
+  std::string node_;
+  std::atomic<bool> armed_{false};
+};
+
+TEST(ControlPlaneNodeWrites, ANodeStatusWriteThatLosesARaceIsMadeAgain) {
+  InterferingStore store;
+  FakeClock clock{1'000'000'000};
+  Metrics metrics;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("cp-race-" + std::to_string(::getpid()));
+  ControlPlane cp(&store, &clock, &metrics, ControlOptions{.data_dir = dir.string(), .tick = milliseconds(10)});
+  ASSERT_TRUE(cp.Start().ok());
+  ASSERT_TRUE(cp.RegisterNode("a", GpuNodeSpec(1)).ok());
+  cp.Sync();
+  ASSERT_EQ(store.Get({"Node", "", "a"})->at("status")["phase"], "Ready");
+  store.Arm("a");
+  clock.Advance(41'000'000);  // no heartbeat for the grace: NotReady, and that write will lose
+  for (int i = 0; i < 50 && store.Get({"Node", "", "a"})->at("status")["phase"] != "NotReady"; ++i) {
+    cp.Sync();
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_FALSE(store.armed()) << "the write was interfered with";
+  json node = *store.Get({"Node", "", "a"});
+  EXPECT_EQ(node["status"]["phase"], "NotReady") << "written again after the lost race";
+  EXPECT_EQ(node["metadata"]["labels"]["touched"], "yes") << "the other writer's change is kept";
+  cp.Stop();
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ControlPlaneTest, RestartReadoptsPlacementsWithoutDoubleBooking) {
