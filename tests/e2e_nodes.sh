@@ -6,17 +6,22 @@
 # --node-unneeded. Then consolidation: a 1-GPU job labelled aicloud/safe-to-evict lands on a new
 # node while sim-0 is full; once sim-0 has room, the added node (half used, under
 # --node-consolidate-below 0.6) is drained, the job requeued onto sim-0, and the node powered off.
+# Last, the same with a Deployment's replica (a real engine): its successor starts on sim-0 and
+# is ready before it goes, the deployment never without a ready replica, and the node powered off.
 # Usage: tests/e2e_nodes.sh path/to/aicloud   (run from the repository root by ctest)
 # Needs jq. Prints PASS/FAIL lines; exits 1 when a check failed.
 set -u
 bin=$(realpath "${1:?usage: tests/e2e_nodes.sh path/to/aicloud}")
-command -v jq >/dev/null || { echo "FAIL prerequisites: jq not found"; exit 1; }
+for tool in jq curl; do
+  command -v "$tool" >/dev/null || { echo "FAIL prerequisites: $tool not found"; exit 1; }
+done
 tmp=$(mktemp -d /tmp/aicloud-nodes.XXXXXX)
 up_pid=
 cleanup() {
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null
   for _ in $(seq 100); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.1; done
   [ -n "$up_pid" ] && kill -KILL "$up_pid" 2>/dev/null
+  pkill -KILL -f "engine --model $tmp/" 2>/dev/null
   wait 2>/dev/null
   if [ "${E2E_KEEP:-0}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
@@ -122,6 +127,50 @@ else
   fail $c "$(grep 'node autoscaler' "$tmp/up.log" | tail -4)"
 fi
 "$bin" delete job small >/dev/null 2>&1
+
+# A replica moved the same way: sim-0 filled for 15 s, the replica lands on a new node.
+"$bin" model init --arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 \
+  --vocab-from data/tokenizers/gpt2/tokenizer.json --out "$tmp/tiny" >"$tmp/init.log" 2>&1 || fail model-init "$(cat "$tmp/init.log")"
+sed -e 's/name: hold,/name: hold2,/' -e 's/sleep 10/sleep 15/' "$tmp/hold.yaml" >"$tmp/hold2.yaml"
+"$bin" apply -f "$tmp/hold2.yaml" >/dev/null 2>&1 || fail apply-hold2 "$("$bin" apply -f "$tmp/hold2.yaml" 2>&1)"
+wait_until 20 sh -c "[ \"\$('$bin' get job hold2 -o json 2>/dev/null | jq -r .status.phase)\" = Running ]" || fail hold2 "not running"
+cat >"$tmp/packed.yaml" <<YAML
+apiVersion: aicloud/v1
+kind: Deployment
+metadata: {name: packed, tenant: demo}
+spec:
+  model: $tmp/tiny
+  replicas: {min: 1, max: 1}
+  resources: {cpu: "1", memory: 1Gi, gpu: {count: 1}}
+  engine: {threads: 1, kvCacheGiB: 0.05}
+YAML
+"$bin" apply -f "$tmp/packed.yaml" >"$tmp/apply-packed.log" 2>&1 || fail apply-packed "$(cat "$tmp/apply-packed.log")"
+replica() { "$bin" get jobs -o json 2>/dev/null | jq -c '[.items[] | select(.metadata.labels["aicloud/deployment"] == "packed") | {n: .metadata.name, p: .status.phase, node: (.status.workers[0].node // ""), evict: (.metadata.labels["aicloud/evict"] // "")}]'; }
+ready() { "$bin" get deployment packed -o json 2>/dev/null | jq -r '.status.readyReplicas // 0'; }
+c=replica-on-added-node
+if wait_until 90 sh -c "[ \"\$('$bin' get deployment packed -o json 2>/dev/null | jq -r '.status.readyReplicas // 0')\" = 1 ]"; then
+  first=$(replica | jq -r '.[0].node')
+  [[ "$first" == auto-* ]] && pass "$c ($first)" || fail $c "$(replica)"
+else
+  first=
+  fail $c "$(replica); $(grep 'node autoscaler' "$tmp/up.log" | tail -3)"
+fi
+c=replica-moved-without-a-gap
+dipped=0 moved=0
+if [[ "$first" == auto-* ]]; then
+  for _ in $(seq 300); do  # up to 150 s
+    [ "$(ready)" = 1 ] || dipped=$((dipped + 1))
+    if grep -qs "powering off $first (consolidated)" "$tmp/up.log"; then moved=1; break; fi
+    sleep 0.5
+  done
+fi
+now=$(replica)
+if [ $moved = 1 ] && [ "$(jq -r 'length' <<<"$now")" = 1 ] && [ "$(jq -r '.[0].node' <<<"$now")" = sim-0 ] && [ $dipped = 0 ]; then
+  pass "$c (now $(jq -c '.[0] | {node, p}' <<<"$now"); $(grep -o "consolidating $first ([^)]*)" "$tmp/up.log" | tail -1))"
+else
+  fail $c "moved=$moved, not ready in $dipped polls, replicas $now; $(grep 'node autoscaler\|deployment demo/packed' "$tmp/up.log" | tail -5)"
+fi
+"$bin" delete deployment packed >/dev/null 2>&1
 
 [ $failed = 0 ] && echo "e2e_nodes: all checks passed" || { echo "e2e_nodes: FAILED"; grep -v '^usage' "$tmp/up.log" | tail -30; }
 exit $failed
