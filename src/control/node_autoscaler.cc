@@ -444,10 +444,10 @@ void NodeAutoscaler::Turn() {
         Move step{moving, a.resumed ? "cordon" : "", {}};
         a.resumed = false;
         const bool replicas_left = std::any_of(here.begin(), here.end(), [](const Resident& r) { return r.replica; });
+        const bool may_requeue = !replicas_left && step.why.empty();  // not in the turn of a cordon
         for (const Resident& r : here) {
           if (r.replica && !r.marked) step.residents.push_back(r);
-          if (!r.replica && !replicas_left && !step.why.empty()) continue;  // requeue after the cordon's turn
-          if (!r.replica && !replicas_left && a.requeued.insert(r.tenant + "/" + r.name).second) {
+          if (!r.replica && may_requeue && a.requeued.insert(r.tenant + "/" + r.name).second) {
             to_drain.push_back({moving, "", {r}});
           }
         }
@@ -616,7 +616,11 @@ void NodeAutoscaler::Turn() {
   for (const Move& m : to_continue) {
     if (m.why == "cordon" && control_ != nullptr) {
       Status c = control_->Cordon(m.node, true);
-      if (!c.ok()) spdlog::warn("node autoscaler: cordon {} (a move carried on): {}", m.node, std::string(c.message()));
+      if (!c.ok()) {  // nothing is requeued or powered off until it is cordoned: tried next turn
+        spdlog::warn("node autoscaler: cordon {} (a move carried on): {}", m.node, std::string(c.message()));
+        std::lock_guard<std::mutex> l(mu_);
+        if (auto it = added_.find(m.node); it != added_.end()) it->second.resumed = true;
+      }
     }
     for (const Resident& r : m.residents) {
       Status l = SetLabel(store_, {"Job", r.tenant, r.name}, kEvictLabel, true);
@@ -626,7 +630,11 @@ void NodeAutoscaler::Turn() {
   for (const Move& m : to_drain) {
     for (const Resident& r : m.residents) {
       Status d = control_ != nullptr ? control_->EvictJob(r.tenant, r.name, m.node) : OkStatus();
-      if (!d.ok()) spdlog::warn("node autoscaler: requeue {}/{} off {}: {}", r.tenant, r.name, m.node, std::string(d.message()));
+      if (d.ok() || d.code() == StatusCode::kFailedPrecondition) continue;  // requeued, or not running there
+      spdlog::warn("node autoscaler: requeue {}/{} off {} (tried again next turn): {}", r.tenant, r.name, m.node,
+                   std::string(d.message()));
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = added_.find(m.node); it != added_.end()) it->second.requeued.erase(r.tenant + "/" + r.name);
     }
   }
   for (const Move& m : to_abandon) {
