@@ -30,9 +30,7 @@ trap 'exit 1' INT TERM
 export AICLOUD_CONFIG=$tmp/admin.json
 . "$(dirname "$0")/e2e_lib.sh"  # pass, fail, wait_until; failed=0
 
-"$bin" model init --arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 \
-  --vocab-from data/tokenizers/gpt2/tokenizer.json --out "$tmp/tiny" --dtype f16 --seed 3 >"$tmp/init.log" 2>&1 \
-  || { fail model-init "$(cat "$tmp/init.log")"; exit 1; }
+tiny_model "$tmp/tiny" --dtype f16 --seed 3 || { fail model-init "$(cat "$tmp/tiny.log")"; exit 1; }
 
 "$bin" up --data-dir "$tmp/up" --port 0 --sim-nodes 1 >"$tmp/up.log" 2>&1 &
 up_pid=$!

@@ -31,6 +31,14 @@ export AICLOUD_CONFIG=$tmp/admin.json
 . "$(dirname "$0")/e2e_lib.sh"  # pass, fail, wait_until; failed=0
 nodes() { "$bin" get nodes -o json 2>/dev/null | jq -c "$1"; }
 
+# A share out of range is refused with the flag's name, before anything starts.
+out=$(timeout 20 "$bin" up --data-dir "$tmp/bad" --port 0 --sim-nodes 1 --node-pool 1 --node-consolidate-below 2 2>&1)
+if [ $? != 0 ] && grep -q -- "--node-consolidate-below: must be a share between 0 and 1" <<<"$out"; then
+  pass bad-consolidate-share
+else
+  fail bad-consolidate-share "$out"
+fi
+
 "$bin" up --data-dir "$tmp/up" --port 0 --sim-nodes 1 --gpus-per-node 2 --node-pool 2 \
   --node-provision-delay 2s --node-pending 2s --node-unneeded 6s --node-consolidate-below 0.6 >"$tmp/up.log" 2>&1 &
 up_pid=$!
@@ -129,8 +137,7 @@ fi
 "$bin" delete job small >/dev/null 2>&1
 
 # A replica moved the same way: sim-0 filled for 15 s, the replica lands on a new node.
-"$bin" model init --arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 \
-  --vocab-from data/tokenizers/gpt2/tokenizer.json --out "$tmp/tiny" >"$tmp/init.log" 2>&1 || fail model-init "$(cat "$tmp/init.log")"
+tiny_model "$tmp/tiny" || fail model-init "$(cat "$tmp/tiny.log")"
 sed -e 's/name: hold,/name: hold2,/' -e 's/sleep 10/sleep 15/' "$tmp/hold.yaml" >"$tmp/hold2.yaml"
 "$bin" apply -f "$tmp/hold2.yaml" >/dev/null 2>&1 || fail apply-hold2 "$("$bin" apply -f "$tmp/hold2.yaml" 2>&1)"
 wait_until 20 sh -c "[ \"\$('$bin' get job hold2 -o json 2>/dev/null | jq -r .status.phase)\" = Running ]" || fail hold2 "not running"

@@ -76,8 +76,7 @@ c=readme-serving
 if ! wait_until 30 grep -qs "aicloud up: ready" "$tmp/up2.log"; then
   fail $c "up: $(tail -5 "$tmp/up2.log")"
 else
-  "$bin" model init --arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --intermediate 128 \
-    --vocab-from data/tokenizers/gpt2/tokenizer.json --out "$tmp/tiny" >"$tmp/init.log" 2>&1 || fail $c "model init: $(cat "$tmp/init.log")"
+  tiny_model "$tmp/tiny" || fail $c "model init: $(cat "$tmp/tiny.log")"
   sed "s|model: /tmp/tiny |model: $tmp/tiny |" examples/deployment.yaml >"$tmp/deployment.yaml"
   grep -q "model: $tmp/tiny " "$tmp/deployment.yaml" || fail $c "examples/deployment.yaml no longer names /tmp/tiny"
   "$bin" apply -f "$tmp/deployment.yaml" >"$tmp/apply.log" 2>&1 || fail $c "apply: $(cat "$tmp/apply.log")"

@@ -62,11 +62,12 @@ class Demo {
     AICLOUD_RETURN_IF_ERROR(EnsureTenant("other"));
     // The key of tenant other only shows the 403: revoked after it (and expiring in 10 minutes
     // should the demo stop before), so runs on one data directory do not pile up live keys.
-    StatusOr<std::string> demo = MakeKey("demo", 0), other = MakeKey("other", 600);
+    StatusOr<ApiKey> demo = MakeKey("demo", 0), other = MakeKey("other", 600);
     if (!demo.ok()) return demo.status();
     if (!other.ok()) return other.status();
-    demo_key_ = std::move(*demo);
-    other_key_ = std::move(*other);
+    demo_key_ = std::move(demo->token);
+    other_key_ = std::move(other->token);
+    other_key_id_ = std::move(other->id);
     std::cout << "  keys: one for tenant demo, one for tenant other (POST /api/v1/apikeys)\n";
     AICLOUD_RETURN_IF_ERROR(WaitRoutable());
     AICLOUD_RETURN_IF_ERROR(ChatFromZero());
@@ -162,8 +163,11 @@ class Demo {
     return OkStatus();
   }
 
-  // A key of `tenant` (expiring after `expires_s` seconds when > 0); its id is kept for tenant other.
-  StatusOr<std::string> MakeKey(const std::string& tenant, int expires_s) {
+  struct ApiKey {
+    std::string token, id;
+  };
+  // A key of `tenant`, expiring after `expires_s` seconds when > 0.
+  StatusOr<ApiKey> MakeKey(const std::string& tenant, int expires_s) {
     json body = {{"user", "admin"}, {"tenant", tenant}};
     if (expires_s > 0) body["expiresInSeconds"] = expires_s;
     StatusOr<http::ClientResponse> r = api_.Send("POST", "/api/v1/apikeys", body.dump(), Admin());
@@ -172,8 +176,7 @@ class Demo {
     if (r->status != 201 || !j.is_object() || !j.contains("token") || !j["token"].is_string()) {
       return InternalError("key for tenant " + tenant + ": HTTP " + std::to_string(r->status) + ": " + ErrorOf(*r));
     }
-    if (tenant == "other") other_key_id_ = j.value("id", std::string());
-    return j["token"].get<std::string>();
+    return ApiKey{j["token"].get<std::string>(), j.value("id", std::string())};
   }
 
   StatusOr<json> Deployment() {

@@ -78,6 +78,12 @@ class NodeAutoscalerTest : public ::testing::Test {
     StatusOr<json> cur = store_.Get({"Job", "t", name});
     ASSERT_TRUE((cur.ok() ? store_.Update(j, 0) : store_.Create(j)).ok());
   }
+  // 100 s of turns, and no move begins: `job` is not labelled for eviction.
+  void ExpectNothingMoves(NodeAutoscaler& na, const std::string& job) {
+    Turns(10, na, 10);
+    EXPECT_EQ(Consolidations("started"), 0);
+    EXPECT_EQ(LabelOf(job, kEvictLabel), "");
+  }
   // `n` turns `seconds` apart.
   void Turns(int seconds, NodeAutoscaler& na, int n) {
     for (int i = 0; i < n; ++i) {
@@ -369,9 +375,7 @@ TEST_F(NodeAutoscalerTest, AJobLabelledForADeploymentThatDoesNotExistIsNoReplica
   // Nobody would start its successor: it pins its node like any job that cannot move.
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   AddedNodeRunning(na, "ghost-1", Gpus(1, 1), {{kDeploymentLabel, "ghost"}});
-  Turns(10, na, 10);
-  EXPECT_EQ(Consolidations("started"), 0);
-  EXPECT_EQ(LabelOf("ghost-1", kEvictLabel), "");
+  ExpectNothingMoves(na, "ghost-1");
 }
 
 TEST_F(NodeAutoscalerTest, JobsOfTwoTenantsWithOneNameAreTwoJobs) {
@@ -382,9 +386,7 @@ TEST_F(NodeAutoscalerTest, JobsOfTwoTenantsWithOneNameAreTwoJobs) {
   json other = {{"apiVersion", "aicloud/v1"}, {"kind", "Job"}, {"metadata", {{"name", "chat-1"}, {"tenant", "u"}}},
                 {"spec", Gpus(1, 1)}, {"status", {{"phase", "Running"}, {"workers", {{{"node", "auto-0"}}}}}}};
   ASSERT_TRUE(store_.Create(other).ok());
-  Turns(10, na, 10);
-  EXPECT_EQ(Consolidations("started"), 0);
-  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+  ExpectNothingMoves(na, "chat-1");
 }
 
 TEST_F(NodeAutoscalerTest, WorkIsNotMovedIntoAnotherLaneOrOntoATaintedNode) {
@@ -446,9 +448,7 @@ TEST_F(PackingTest, WorkIsNotMovedOntoAnAddedNodeThatWentEmpty) {
   TwoAddedNodes(na);
   Turns(10, na, 3);  // auto-0 underused for 30 s, with room on auto-1
   Job("more", Gpus(1, 6), "Succeeded");  // auto-1 is empty now: moving there would only swap nodes
-  Turns(10, na, 10);
-  EXPECT_EQ(Consolidations("started"), 0);
-  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+  ExpectNothingMoves(na, "chat-1");
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-1"}) << "the empty one goes as unneeded";
 }
 
