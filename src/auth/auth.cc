@@ -400,7 +400,7 @@ StatusOr<Principal> AuthService::Authenticate(std::string_view authorization) {
   auto it = snap->keys.find(id);
   if (it == snap->keys.end()) return Unauthenticated("unknown key");
   const KeyInfo& k = it->second;
-  if (!internal::ConstantTimeEquals(hash, k.hash)) return Unauthenticated("unknown key");
+  if (!ConstantTimeEquals(hash, k.hash)) return Unauthenticated("unknown key");
   if (k.revoked) return Unauthenticated("key revoked");
   if (k.expires && *k.expires <= WallNow()) return Unauthenticated("key expired");
   if (!snap->users.contains(k.user)) return Unauthenticated("unknown key");

@@ -89,6 +89,9 @@ namespace aicloud::auth {
 using Sha256Digest = std::array<unsigned char, 32>;
 std::optional<Sha256Digest> Sha256(std::string_view data);
 std::string Sha256Hex(std::string_view data);
+// Equality of two secrets in time that depends only on their lengths (CRYPTO_memcmp); different
+// lengths compare unequal.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // 2*bytes lowercase hex chars from OpenSSL RAND_bytes; "" if the CSPRNG fails.
 std::string RandomHex(size_t bytes);
 

@@ -156,11 +156,11 @@ std::string SanitizeUtf8(std::string_view s) {
       .get<std::string>();
 }
 
+}  // namespace internal
+
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   if (a.empty()) return true;
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
-
-}  // namespace internal
 }  // namespace aicloud::auth

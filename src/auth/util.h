@@ -16,7 +16,5 @@ std::string FormatRfc3339(std::chrono::system_clock::time_point t, bool with_ms)
 std::optional<std::chrono::system_clock::time_point> ParseRfc3339(std::string_view s);
 // `s` with invalid UTF-8 sequences replaced by U+FFFD, so it can be stored and hashed.
 std::string SanitizeUtf8(std::string_view s);
-// Constant-time equality (CRYPTO_memcmp); different lengths compare unequal.
-bool ConstantTimeEquals(std::string_view a, std::string_view b);
 
 }  // namespace aicloud::auth::internal

@@ -94,7 +94,7 @@ int Run(const GatewayFlags& f) {
   o.default_max_tokens = f.default_max_tokens;
   o.fast_path = !f.no_fast_path;
   StatusOr<std::unique_ptr<gateway::Gateway>> gw = gateway::Gateway::Create(
-      {.directory = &directory, .authenticate = keys.AsAuthenticator(), .usage = sink.get(), .store = store.get()}, o);
+      {.directory = &directory, .authenticate = keys.AsAuthenticator(), .auth_epoch = keys.AsEpoch(), .usage = sink.get(), .store = store.get()}, o);
   if (!gw.ok()) return Fail(gw.status());
 
   sigset_t set;

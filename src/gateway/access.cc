@@ -43,6 +43,7 @@ Status StaticKeys::Add(std::string_view token, Caller caller) {
   if (!by_digest_.emplace(*digest, std::make_shared<const Caller>(std::move(caller))).second) {
     return InvalidArgumentError("key: the same key is listed twice");
   }
+  epoch_.fetch_add(1, std::memory_order_release);
   return OkStatus();
 }
 
@@ -62,6 +63,10 @@ StatusOr<CallerRef> StaticKeys::Authenticate(std::string_view authorization) con
 
 Authenticator StaticKeys::AsAuthenticator() const {
   return [this](std::string_view authorization) { return Authenticate(authorization); };
+}
+
+std::function<uint64_t()> StaticKeys::AsEpoch() const {
+  return [this] { return epoch_.load(std::memory_order_acquire); };
 }
 
 size_t StaticKeys::size() const {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -79,6 +80,9 @@ class StaticKeys {
   StatusOr<CallerRef> Authenticate(std::string_view authorization) const;
   // An Authenticator calling this object (which must outlive it).
   Authenticator AsAuthenticator() const;
+  // Changes whenever a key is added: a GatewayDeps::auth_epoch for AsAuthenticator (the object
+  // must outlive it).
+  std::function<uint64_t()> AsEpoch() const;
   size_t size() const;
 
  private:
@@ -92,6 +96,7 @@ class StaticKeys {
   };
   mutable std::mutex mu_;
   std::unordered_map<Digest, CallerRef, DigestHash> by_digest_;  // GUARDED_BY(mu_)
+  std::atomic<uint64_t> epoch_{0};  // keys added so far
 };
 
 }  // namespace aicloud::gateway

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "auth/auth.h"
 #include "gateway/errors.h"
 #include "http/sse.h"
 
@@ -22,7 +23,38 @@ std::vector<double> OverheadBuckets() {
 
 bool Is2xx(int status) { return status >= 200 && status < 300; }
 
+// What a kept-alive connection's last Authorization header authenticated (Request::connection_memo).
+struct CallerMemo {
+  std::string authorization;
+  uint64_t epoch = 0;  // GatewayDeps::auth_epoch when it was authenticated
+  CallerRef who;
+};
+
 }  // namespace
+
+StatusOr<CallerRef> Gateway::Authenticate(http::Request& req) {
+  const std::string_view authorization = req.HeaderView("authorization");
+  const bool memo_ok = deps_.auth_epoch && !authorization.empty();
+  uint64_t epoch = 0;
+  CallerMemo* memo = nullptr;
+  if (memo_ok) {
+    epoch = deps_.auth_epoch();  // read first: a change made during the check below is not missed
+    memo = std::any_cast<CallerMemo>(&req.connection_memo);
+    // Compared in constant time: a proxy in front may send several clients' requests on one connection.
+    if (memo != nullptr && memo->epoch == epoch && auth::ConstantTimeEquals(memo->authorization, authorization)) {
+      return memo->who;
+    }
+  }
+  StatusOr<CallerRef> who = deps_.authenticate(authorization);
+  if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
+  if (who.ok() && memo_ok) {
+    if (memo == nullptr) memo = &req.connection_memo.emplace<CallerMemo>();
+    memo->authorization.assign(authorization);
+    memo->epoch = epoch;
+    memo->who = *who;
+  }
+  return who;
+}
 
 // Per-request state, from arrival to the usage record.
 struct Gateway::Call {
@@ -247,8 +279,7 @@ http::Response Gateway::MetricsResponse() const {
 }
 
 http::Response Gateway::ListModels(http::Request& req) {
-  StatusOr<CallerRef> who = deps_.authenticate(req.HeaderView("authorization"));
-  if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
+  StatusOr<CallerRef> who = Authenticate(req);
   if (!who.ok()) {
     // As for calls (Admit): a key that is not valid is a 401, any failure to check it a 503.
     if (who.status().code() == StatusCode::kUnauthenticated) {
@@ -381,8 +412,7 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   call.client_gone = req.client_gone;
 
   // 1. Who is calling.
-  StatusOr<CallerRef> who = deps_.authenticate(req.HeaderView("authorization"));
-  if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
+  StatusOr<CallerRef> who = Authenticate(req);
   if (!who.ok()) {
     const bool unauth = who.status().code() == StatusCode::kUnauthenticated;
     return Refuse(call, unauth ? "unauthenticated" : "auth_unavailable",

@@ -94,6 +94,12 @@ struct GatewayOptions {
 struct GatewayDeps {
   Directory* directory = nullptr;      // required; outlives the gateway
   Authenticator authenticate;          // required
+  // When set, a caller authenticated on a kept-alive connection is used again for the
+  // connection's next requests that send the same Authorization header, for as long as this
+  // returns the same value: the authenticator must change it whenever what a key authenticates
+  // to may change (added, revoked, expired, edited). Unset: every request is authenticated.
+  // StaticKeys::Epoch fits (its keys are only ever added).
+  std::function<uint64_t()> auth_epoch;
   UsageSink* usage = nullptr;          // null: records are dropped
   store::Store* store = nullptr;       // null: budgets in memory only
   Clock* clock = nullptr;              // limits and budgets; null: a RealClock
@@ -135,6 +141,9 @@ class Gateway {
   struct AsyncForward;
 
   Gateway(GatewayDeps deps, GatewayOptions options);
+  // The request's caller: the connection's remembered one (GatewayDeps::auth_epoch), else the
+  // authenticator's, remembered for the connection's next requests.
+  StatusOr<CallerRef> Authenticate(http::Request& req);
   // Steps up to the replica wait: who, what, route, RBAC, rate limits, budget, upstream body.
   // The refusal (already recorded), or nullopt with *route set and the call admitted. With
   // may_block false (on an I/O thread), nullopt with *route null when the budget needs a store

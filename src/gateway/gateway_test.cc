@@ -200,11 +200,12 @@ uint16_t DeadPort() {
 }
 
 struct Harness {
-  explicit Harness(GatewayOptions o = {}, store::Store* store = nullptr, Authenticator authenticate = nullptr) {
+  explicit Harness(GatewayOptions o = {}, store::Store* store = nullptr, Authenticator authenticate = nullptr,
+                   std::function<uint64_t()> auth_epoch = nullptr) {
     o.flush_period = milliseconds(50);
     if (!authenticate) authenticate = keys.AsAuthenticator();
-    auto g = Gateway::Create({.directory = &dir, .authenticate = authenticate, .usage = &sink,
-                              .store = store, .clock = &clock},
+    auto g = Gateway::Create({.directory = &dir, .authenticate = authenticate, .auth_epoch = auth_epoch,
+                              .usage = &sink, .store = store, .clock = &clock},
                              o);
     EXPECT_TRUE(g.ok()) << g.status();
     gw = std::move(*g);
@@ -496,6 +497,69 @@ TEST(Gateway, AuthenticationAndModelRbac) {
   EXPECT_EQ(models("key-b-granted"), (std::vector<std::string>{"model-a", "lora-a1", "lora-a2", "model-b"}));
   EXPECT_EQ(models("key-b-adapter"), (std::vector<std::string>{"lora-a2", "model-b"}));
   EXPECT_EQ(c.Send("GET", "/v1/models", "", {{"Authorization", "Bearer bad"}})->status, 401);
+}
+
+TEST(Gateway, AKeptAliveConnectionReusesItsCallerForTheSameKeyWhileTheEpochHolds) {
+  FakeEngine a;
+  StaticKeys keys;
+  ASSERT_TRUE(keys.Add("key-a", {.key_id = "ka", .tenant = "ta"}).ok());
+  ASSERT_TRUE(keys.Add("key-b", {.key_id = "kb", .tenant = "tb"}).ok());
+  std::atomic<int> checks{0};
+  Authenticator counted = [&](std::string_view authorization) {
+    ++checks;
+    return keys.Authenticate(authorization);
+  };
+  Harness h({}, nullptr, counted, keys.AsEpoch());
+  ASSERT_TRUE(h.dir.Upsert(OneModel("model-a", "ta", {{"r", a.url(), true}})).ok());
+
+  http::Client c(h.base);  // one kept-alive connection
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(checks.load(), 1);
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(checks.load(), 1) << "the connection's caller is used again for the same key";
+  auto list = c.Send("GET", "/v1/models", "", {{"Authorization", "Bearer key-a"}});
+  EXPECT_EQ(list->status, 200);
+  EXPECT_EQ(checks.load(), 1);
+  // Another key on the same connection is checked, and its own grants apply.
+  ExpectOpenAiError(h.Post("key-b", Harness::Chat("model-a"), &c), 403, "permission_denied_error", "model-a");
+  EXPECT_EQ(checks.load(), 2);
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(checks.load(), 3);
+  ExpectOpenAiError(h.Post("key-b", Harness::Chat("model-a"), &c), 403, "permission_denied_error", "model-a");
+  // Keys that differ from the remembered one in their last byte or length are not let through.
+  ExpectOpenAiError(h.Post("key-x", Harness::Chat("model-a"), &c), 401, "authentication_error", "invalid API key");
+  ExpectOpenAiError(h.Post("key-", Harness::Chat("model-a"), &c), 401, "authentication_error", "invalid API key");
+  EXPECT_EQ(checks.load(), 6);
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(checks.load(), 7);
+  // A new key moves the epoch: the connection's caller is checked again.
+  ASSERT_TRUE(keys.Add("key-c", {.key_id = "kc", .tenant = "ta"}).ok());
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(checks.load(), 8);
+  // The memory is the connection's: another connection is checked on its own.
+  http::Client other(h.base);
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &other)->status, 200);
+  EXPECT_EQ(checks.load(), 9);
+  EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(checks.load(), 9);
+  EXPECT_EQ(a.requests.load(), 8);
+}
+
+TEST(Gateway, WithoutAnEpochEveryRequestIsAuthenticated) {
+  FakeEngine a;
+  StaticKeys keys;
+  ASSERT_TRUE(keys.Add("key-a", {.key_id = "ka", .tenant = "ta"}).ok());
+  std::atomic<int> checks{0};
+  Authenticator counted = [&](std::string_view authorization) {
+    ++checks;
+    return keys.Authenticate(authorization);
+  };
+  Harness h({}, nullptr, counted);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("model-a", "ta", {{"r", a.url(), true}})).ok());
+  http::Client c(h.base);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(checks.load(), 3);
 }
 
 // ---- rate limits ---------------------------------------------------------------------------

@@ -131,6 +131,10 @@ TEST(RouterTest, MatchingTable) {
       {"GET", "/api/v1/tenants/a%2Fb/jobs/c%20d?x=1", 200, "get", {{"tenant", "a/b"}, {"name", "c d"}}},
       {"GET", "/files/a/b/c.txt", 200, "files", {{"rest", "a/b/c.txt"}}},
       {"GET", "/files/special", 200, "special", json::object()},
+      {"GET", "/files/speci%61l", 200, "special", json::object()},  // the same path, escaped
+      {"GET", "//files//special/", 200, "special", json::object()},  // and with empty segments
+      {"GET", "/files/special/x", 200, "files", {{"rest", "special/x"}}},
+      {"POST", "/files/special", 405, "", nullptr},
       {"GET", "/files", 200, "files-root", json::object()},
       {"GET", "/", 200, "root", json::object()},
       {"GET", "/api/v1/tenants/nlp", 404, "", nullptr},
@@ -183,12 +187,32 @@ TEST(RouterTest, ThrowingHandlerGives500) {
   EXPECT_EQ(router.Dispatch(weird).status, 500);
 }
 
+// A connection reuses its Request: a literal route's match leaves no parameters of the last one.
+TEST(RouterTest, ALiteralMatchClearsTheLastRequestsParameters) {
+  Router router;
+  router.Add("GET", "/x/{id}", Named("param"));
+  router.Add("GET", "/x/one", Named("literal"));
+  Request req = Make("GET", "/x/two");
+  EXPECT_EQ(json::parse(router.Dispatch(req).body)["params"], json({{"id", "two"}}));
+  req.target = "/x/one";
+  req.path = "/x/one";
+  const json body = json::parse(router.Dispatch(req).body);
+  EXPECT_EQ(body["handler"], "literal");
+  EXPECT_EQ(body["params"], json::object());
+  EXPECT_TRUE(req.params.empty());
+  EXPECT_EQ(req.route, "/x/one");
+}
+
 TEST(RouterTest, LaterAddReplaces) {
   Router router;
   router.Add("GET", "/a", Named("one"));
   router.Add("GET", "/a", Named("two"));
   Request req = Make("GET", "/a");
   EXPECT_EQ(json::parse(router.Dispatch(req).body)["handler"], "two");
+  router.Add("GET", "/a/{x}", Named("three"));
+  router.Add("GET", "//a/", Named("four"));  // the same path as "/a" spelled otherwise: "/a" was first
+  Request again = Make("GET", "/a");
+  EXPECT_EQ(json::parse(router.Dispatch(again).body)["handler"], "two");
 }
 
 // A handler may dispatch another request through the same router (matching keeps per-thread

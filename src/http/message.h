@@ -17,6 +17,7 @@
 //   }
 #pragma once
 
+#include <any>
 #include <functional>
 #include <map>
 #include <memory>
@@ -46,6 +47,11 @@ struct Request {
   // Raised by the server when the client goes away before the answer (checked about once per
   // ServerOptions::client_check_interval); null for requests not read by a server.
   std::shared_ptr<CancelSignal> client_gone;
+  // Kept across the requests of one kept-alive connection: the server does not clear it between
+  // them, and a new connection starts with it empty (so does every request a TLS connection or a
+  // client builds). A handler may remember per-connection work here; the gateway keeps the
+  // caller that the connection's last Authorization header authenticated.
+  std::any connection_memo;
 
   // "" if absent. REQUIRES: lower_name is lower-case.
   std::string Header(std::string_view lower_name) const;

@@ -84,13 +84,28 @@ void Router::AddRoute(Route route) {
       route.segments.push_back({Segment::Kind::kLiteral, std::string(p)});
     }
   }
+  bool replaced = false;
   for (Route& r : routes_) {
     if (r.method == route.method && r.pattern == route.pattern) {
       r = std::move(route);
-      return;
+      replaced = true;
+      break;
     }
   }
-  routes_.push_back(std::move(route));
+  if (!replaced) routes_.push_back(std::move(route));
+  literal_.clear();
+  for (size_t i = 0; i < routes_.size(); ++i) {
+    const Route& r = routes_[i];
+    std::string key = r.method + " ";
+    bool literal = true;
+    for (const Segment& seg : r.segments) {
+      literal = literal && seg.kind == Segment::Kind::kLiteral;
+      key += '/';
+      key += seg.text;
+    }
+    if (r.segments.empty()) key += '/';
+    if (literal) literal_.emplace(std::move(key), i);  // the first route of a path keeps it
+  }
 }
 
 Response Router::Dispatch(Request& req) const {
@@ -135,6 +150,19 @@ void Router::Dispatch(Request& req, Responder respond) const {
 const Router::Route* Router::Match(Request& req, std::optional<Response>* error) const {
   std::string_view raw = req.target.empty() ? std::string_view(req.path) : std::string_view(req.target);
   raw = raw.substr(0, raw.find('?'));
+  if (raw.find('%') == std::string_view::npos) {
+    // A path spelled as a literal route is (no escapes to decode, no empty segments to drop).
+    thread_local std::string key;  // reused: the lookup allocates nothing
+    key.assign(req.method);
+    key += ' ';
+    key += raw;
+    if (auto it = literal_.find(key); it != literal_.end()) {
+      const Route& route = routes_[it->second];
+      req.params.clear();
+      req.route = route.pattern;
+      return &route;
+    }
+  }
   thread_local std::vector<std::string_view> parts;  // reused: matching allocates nothing
   SplitPath(raw, &parts);
 

@@ -23,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "http/message.h"
@@ -73,6 +74,10 @@ class Router {
   const Route* Match(Request& req, std::optional<Response>* error) const;
 
   std::vector<Route> routes_;
+  // "METHOD /canonical/path" of every route made of literal segments only -> its index in
+  // routes_ (the first, as Match's ties go): such a route outranks every other on its own path,
+  // so a request for exactly that path needs no ranking.
+  std::unordered_map<std::string, size_t> literal_;
 };
 
 }  // namespace aicloud::http
