@@ -9,7 +9,7 @@
 //   gateway_bench --rate 5000 --seconds 5 --rounds 4 [--connections 64] [--json out.json]
 //                 [--worker-path] [--stub-workers] [--proxy-threads N] [--only TARGET]
 //                 [--pin LOADGEN,STUB,PROXY] [--usage log|null] [--prompt-bytes N]
-//                 [--stub-usage header|body]
+//                 [--stub-usage header|body] [--slice MS]
 //
 // --worker-path adds a fourth target, "gw-worker": a second gateway with fast_path off, so every
 // request takes a worker thread and a blocking upstream client (the gateway before the fast path).
@@ -24,7 +24,12 @@
 // cores to spare none of them waits for another's time slice (with --proxy-threads N > 1 the
 // proxies still share that one CPU, and nginx's CPU column counts its master only).
 // --prompt-bytes pads the user message to N bytes (what a RAG prompt sends; default: a short
-// question, ~100-byte body). Latency is measured from each request's scheduled
+// question, ~100-byte body). --slice MS runs each round's targets at once instead of one after
+// another: time is dealt out in slices of MS milliseconds, target by target, each request going
+// to the target whose slice it was scheduled in, so every target is served at the full --rate
+// during its slices and a stall of a shared machine falls on all of them alike (with --pin, the
+// proxies share their CPU only for the last answers of a slice). A target's direct CPU column
+// is then the stub's work for every target. Latency is measured from each request's scheduled
 // send time (open loop: a late send counts against the system, so coordinated omission does not
 // hide queueing). Results: bench/RESULTS.md section 8.
 #include <arpa/inet.h>
@@ -84,6 +89,7 @@ struct Flags {
   std::vector<int> pin;   // CPUs of the load generator, the stub and the proxies; empty: unpinned
   size_t prompt_bytes = 0;  // pad the user message to this many bytes (a RAG-sized prompt)
   std::string stub_usage = "header";  // header: usage also in x-aicloud-usage, as aicloud's engine; body: only in the body
+  double slice_ms = 0;  // > 0: each round runs every target at once, dealing them slices of this many ms in turn
 };
 
 // Binds the calling thread to `cpu`; threads and processes it starts afterwards inherit it.
@@ -143,63 +149,85 @@ struct Result {
   std::vector<double> lat_us;
   int64_t errors = 0;
   int64_t late = 0;  // sends that found no idle connection at their scheduled time
+  int64_t sent = 0;
 };
 
-// Sends `rate` requests/s for `seconds` to 127.0.0.1:port; records latencies after `warmup`.
-Result Run(uint16_t port, const std::string& request, double rate, double seconds, double warmup, int connections) {
-  Result res;
+// Sends `rate` requests/s for `seconds` (after `warmup`, whose latencies are not recorded) to
+// the targets on 127.0.0.1 (`ports[t]`, `requests[t]`, `connections` keep-alive connections each).
+// With one target it takes every request. With several, time is cut into slices of `slice`
+// seconds dealt to the targets in turn, and a request goes to the target whose slice it was
+// scheduled in: each target still sees `rate` while it is served, and a stall of the machine
+// falls on every target alike instead of on one target's round.
+std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<std::string>& requests, double rate,
+                        double seconds, double warmup, int connections, double slice) {
+  const size_t targets = ports.size();
+  std::vector<Result> res(targets);
   int ep = epoll_create1(0);
-  std::vector<Conn> conns(connections);
-  for (int i = 0; i < connections; ++i) {
-    conns[i].fd = Connect(port);
+  std::vector<Conn> conns(targets * static_cast<size_t>(connections));
+  std::vector<std::vector<int>> idle(targets);
+  auto target_of = [&](size_t i) { return i / static_cast<size_t>(connections); };
+  auto watch = [&](size_t i) {
+    conns[i].fd = Connect(ports[target_of(i)]);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u32 = static_cast<uint32_t>(i);
     epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev);
-  }
+  };
+  for (size_t i = 0; i < conns.size(); ++i) watch(i);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // connects complete
-  std::vector<int> idle;
-  for (int i = connections - 1; i >= 0; --i) idle.push_back(i);
-  std::deque<Clock::time_point> backlog;
+  for (size_t i = conns.size(); i-- > 0;) idle[target_of(i)].push_back(static_cast<int>(i));
+  std::vector<std::deque<Clock::time_point>> backlog(targets);
   const auto t0 = Clock::now();
   const auto t_end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup + seconds));
   const auto t_measure = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
   const auto gap = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate));
+  const auto slice_len = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(slice));
+  auto slice_target = [&](Clock::time_point t) {
+    return targets == 1 ? size_t{0} : static_cast<size_t>((t - t0) / slice_len) % targets;
+  };
   auto next = t0;
   int outstanding = 0;
+  size_t queued = 0;
   char buf[65536];
   epoll_event events[128];
   auto send_on = [&](int i, Clock::time_point sched) {
-    Conn& c = conns[i];
+    Conn& c = conns[static_cast<size_t>(i)];
     c.busy = true;
     c.scheduled = sched;
     c.in.clear();
+    const std::string& request = requests[target_of(static_cast<size_t>(i))];
     ssize_t n = send(c.fd, request.data(), request.size(), MSG_NOSIGNAL);
-    if (n != static_cast<ssize_t>(request.size())) ++res.errors;
+    if (n != static_cast<ssize_t>(request.size())) ++res[target_of(static_cast<size_t>(i))].errors;
+    ++res[target_of(static_cast<size_t>(i))].sent;
     ++outstanding;
   };
   for (;;) {
     auto now = Clock::now();
     while (next <= now && next < t_end) {
-      backlog.push_back(next);
+      backlog[slice_target(next)].push_back(next);
+      ++queued;
       next += gap;
     }
-    while (!backlog.empty() && !idle.empty()) {
-      if (backlog.front() + std::chrono::microseconds(200) < now) ++res.late;
-      int i = idle.back();
-      idle.pop_back();
-      send_on(i, backlog.front());
-      backlog.pop_front();
+    for (size_t t = 0; t < targets; ++t) {
+      while (!backlog[t].empty() && !idle[t].empty()) {
+        if (backlog[t].front() + std::chrono::microseconds(200) < now) ++res[t].late;
+        int i = idle[t].back();
+        idle[t].pop_back();
+        send_on(i, backlog[t].front());
+        backlog[t].pop_front();
+        --queued;
+      }
     }
-    if (next >= t_end && backlog.empty() && outstanding == 0) break;
+    if (next >= t_end && queued == 0 && outstanding == 0) break;
     if (now > t_end + std::chrono::seconds(10)) {  // stuck: count what is left as errors
-      res.errors += outstanding + static_cast<int64_t>(backlog.size());
+      for (size_t t = 0; t < targets; ++t) res[t].errors += static_cast<int64_t>(backlog[t].size());
+      for (size_t i = 0; i < conns.size(); ++i) res[target_of(i)].errors += conns[i].busy ? 1 : 0;
       break;
     }
     // Sleep until the next send (nanosecond timeout, never a busy poll: on two cores a spinning
     // load generator would steal the CPU the systems under test need).
     timespec ts{0, 0};
-    if (backlog.empty()) {
+    if (queued == 0) {
       int64_t until_ns = next >= t_end ? 5'000'000
                                        : std::chrono::duration_cast<std::chrono::nanoseconds>(next - Clock::now()).count();
       until_ns = std::max<int64_t>(0, until_ns);
@@ -213,28 +241,25 @@ Result Run(uint16_t port, const std::string& request, double rate, double second
       n = epoll_wait(ep, events, 128, static_cast<int>((ts.tv_sec * 1'000'000'000 + ts.tv_nsec + 999'999) / 1'000'000));
     }
     for (int k = 0; k < n; ++k) {
-      int i = static_cast<int>(events[k].data.u32);
+      const size_t i = events[k].data.u32;
       Conn& c = conns[i];
+      Result& r = res[target_of(i)];
       for (;;) {
-        ssize_t r = recv(c.fd, buf, sizeof(buf), 0);
-        if (r > 0) {
-          c.in.append(buf, static_cast<size_t>(r));
+        ssize_t got = recv(c.fd, buf, sizeof(buf), 0);
+        if (got > 0) {
+          c.in.append(buf, static_cast<size_t>(got));
           continue;
         }
-        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {  // closed: reconnect
+        if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {  // closed: reconnect
           epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
           close(c.fd);
           if (c.busy) {
-            ++res.errors;
+            ++r.errors;
             --outstanding;
             c.busy = false;
           }
-          c.fd = Connect(port);
-          epoll_event ev{};
-          ev.events = EPOLLIN;
-          ev.data.u32 = static_cast<uint32_t>(i);
-          epoll_ctl(ep, EPOLL_CTL_ADD, c.fd, &ev);
-          idle.push_back(i);
+          watch(i);
+          idle[target_of(i)].push_back(static_cast<int>(i));
         }
         break;
       }
@@ -242,13 +267,13 @@ Result Run(uint16_t port, const std::string& request, double rate, double second
         size_t len = CompleteResponse(c.in);
         if (len > 0) {
           auto done = Clock::now();
-          if (c.in.compare(0, 12, "HTTP/1.1 200") != 0) ++res.errors;
+          if (c.in.compare(0, 12, "HTTP/1.1 200") != 0) ++r.errors;
           else if (c.scheduled >= t_measure) {
-            res.lat_us.push_back(std::chrono::duration<double, std::micro>(done - c.scheduled).count());
+            r.lat_us.push_back(std::chrono::duration<double, std::micro>(done - c.scheduled).count());
           }
           c.busy = false;
           --outstanding;
-          idle.push_back(i);
+          idle[target_of(i)].push_back(static_cast<int>(i));
         }
       }
     }
@@ -392,6 +417,7 @@ int Main(int argc, char** argv) {
     else if (a == "--usage") f.usage = val();
     else if (a == "--prompt-bytes") f.prompt_bytes = static_cast<size_t>(std::stoul(val()));
     else if (a == "--stub-usage") f.stub_usage = val();
+    else if (a == "--slice") f.slice_ms = std::stod(val());
     else if (a == "--pin") {
       std::string v = val();
       for (size_t p = 0; p <= v.size();) {
@@ -409,7 +435,7 @@ int Main(int argc, char** argv) {
                    "                     [--nginx PATH] [--policy P] [--no-limits] [--json FILE]\n"
                    "                     [--worker-path] [--stub-workers] [--only TARGET]\n"
                    "                     [--proxy-threads N] [--pin LOADGEN,STUB,PROXY] [--usage log|null]\n"
-                   "                     [--prompt-bytes N] [--stub-usage header|body]\n");
+                   "                     [--prompt-bytes N] [--stub-usage header|body] [--slice MS]\n");
       return 2;
     }
   }
@@ -543,24 +569,46 @@ int Main(int argc, char** argv) {
               f.proxy_threads, f.stub_workers ? "workers" : "inline",
               f.pin.empty() ? "" : (", pinned to CPUs " + std::to_string(f.pin[0]) + "," + std::to_string(f.pin[1]) + "," +
                                     std::to_string(f.pin[2])).c_str());
+  // One round of the targets in `order`, all at once in slices (--slice) or one after another.
+  auto record = [&](int r, Target& t, const Result& x, int64_t cpu) {
+    t.cpu_ns += cpu;
+    t.all.sent += x.sent;
+    std::vector<double> copy = x.lat_us;
+    t.rounds.push_back({Pct(copy, 50), Pct(copy, 99)});
+    std::printf("  round %d %-9s n=%zu p50 %7.1f us  p99 %7.1f us  cpu %5.1f us/req  errors %lld late %lld\n", r + 1,
+                t.name.c_str(), x.lat_us.size(), t.rounds.back()[0], t.rounds.back()[1],
+                x.sent > 0 ? static_cast<double>(cpu) / 1e3 / static_cast<double>(x.sent) : NAN,
+                static_cast<long long>(x.errors), static_cast<long long>(x.late));
+    std::fflush(stdout);
+    t.all.lat_us.insert(t.all.lat_us.end(), x.lat_us.begin(), x.lat_us.end());
+    t.all.errors += x.errors;
+    t.all.late += x.late;
+  };
+  auto tids_of = [](const Target& t) { return t.threads.empty() ? ThreadsOf(t.pid) : t.threads; };
   for (int r = 0; r < f.rounds; ++r) {
+    if (f.slice_ms > 0 && targets.size() > 1) {
+      std::vector<uint16_t> ports;
+      std::vector<std::string> requests;
+      std::vector<int64_t> cpu0;
+      for (size_t k = 0; k < targets.size(); ++k) {  // rotate which target has the first slice
+        const Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
+        ports.push_back(t.port);
+        requests.push_back(request(t.port));
+        cpu0.push_back(CpuNs(t.pid, tids_of(t)));
+      }
+      std::vector<Result> xs = Run(ports, requests, f.rate, f.seconds, f.warmup, f.connections, f.slice_ms / 1e3);
+      for (size_t k = 0; k < targets.size(); ++k) {
+        Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
+        record(r, t, xs[k], CpuNs(t.pid, tids_of(t)) - cpu0[k]);
+      }
+      continue;
+    }
     for (size_t k = 0; k < targets.size(); ++k) {  // rotate the order each round
       Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
-      const std::vector<std::string> tids = t.threads.empty() ? ThreadsOf(t.pid) : t.threads;
+      const std::vector<std::string> tids = tids_of(t);
       const int64_t cpu0 = CpuNs(t.pid, tids);
-      Result x = Run(t.port, request(t.port), f.rate, f.seconds, f.warmup, f.connections);
-      const int64_t cpu = CpuNs(t.pid, tids) - cpu0;
-      t.cpu_ns += cpu;
-      const double sent = f.rate * (f.seconds + f.warmup);
-      std::vector<double> copy = x.lat_us;
-      t.rounds.push_back({Pct(copy, 50), Pct(copy, 99)});
-      std::printf("  round %d %-9s n=%zu p50 %7.1f us  p99 %7.1f us  cpu %5.1f us/req  errors %lld late %lld\n", r + 1,
-                  t.name.c_str(), x.lat_us.size(), t.rounds.back()[0], t.rounds.back()[1], static_cast<double>(cpu) / 1e3 / sent,
-                  static_cast<long long>(x.errors), static_cast<long long>(x.late));
-      std::fflush(stdout);
-      t.all.lat_us.insert(t.all.lat_us.end(), x.lat_us.begin(), x.lat_us.end());
-      t.all.errors += x.errors;
-      t.all.late += x.late;
+      std::vector<Result> x = Run({t.port}, {request(t.port)}, f.rate, f.seconds, f.warmup, f.connections, 0);
+      record(r, t, x[0], CpuNs(t.pid, tids) - cpu0);
     }
   }
 
@@ -570,11 +618,10 @@ int Main(int argc, char** argv) {
   // CPU per request: the serving threads' CPU time over the requests sent (warm-up included).
   std::printf("\n%-9s %9s %10s %10s %10s %8s %12s\n", "target", "requests", "p50 us", "p99 us", "p99.9 us", "errors",
               "cpu us/req");
-  const double sent_all = f.rate * (f.seconds + f.warmup) * f.rounds;
   for (Target& t : targets) {
     std::array<double, 3> p = {Pct(t.all.lat_us, 50), Pct(t.all.lat_us, 99), Pct(t.all.lat_us, 99.9)};
     pct[t.name] = p;
-    const double cpu_us = static_cast<double>(t.cpu_ns) / 1e3 / sent_all;
+    const double cpu_us = t.all.sent > 0 ? static_cast<double>(t.cpu_ns) / 1e3 / static_cast<double>(t.all.sent) : NAN;
     std::printf("%-9s %9zu %10.1f %10.1f %10.1f %8lld %12.1f\n", t.name.c_str(), t.all.lat_us.size(), p[0], p[1], p[2],
                 static_cast<long long>(t.all.errors), cpu_us);
     out["targets"][t.name] = {{"requests", t.all.lat_us.size()}, {"p50_us", p[0]}, {"p99_us", p[1]}, {"p999_us", p[2]},

@@ -52,6 +52,8 @@ for run in first again; do
     || fail "$run: other tenant 403" "$(grep -m1 'tenant other' "$tmp/$run.out")"
   has $run "tenant other's key revoked" && pass "$run: other's key revoked" \
     || fail "$run: other's key revoked" "$(grep -m1 'could not revoke' "$tmp/$run.err")"
+  has $run 'the same request with the revoked key: HTTP 401, "key revoked"' && pass "$run: revoked key 401" \
+    || fail "$run: revoked key 401" "$(grep -m1 -E 'revoked key' "$tmp/$run.out" "$tmp/$run.err")"
   has $run 'deployment chat: 0 replicas after [0-9.]+ s \("no requests for' && pass "$run: scaled to zero" \
     || fail "$run: scaled to zero" "$(tail -3 "$tmp/$run.out")"
 done

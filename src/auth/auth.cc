@@ -185,6 +185,7 @@ struct AuthService::Snapshot {
   std::unordered_map<std::string, std::vector<Rule>> roles;
   std::unordered_map<std::string, std::vector<BindingInfo>> bindings_by_user;
   std::unordered_map<std::string, KeyInfo> keys;
+  std::vector<system_clock::time_point> expiries;  // of the keys that expire, sorted (Epoch)
 };
 
 struct AuthService::Cache {
@@ -194,6 +195,7 @@ struct AuthService::Cache {
   std::shared_ptr<const Snapshot> snap;       // GUARDED_BY(mu)
   int64_t checked_rev = 0;                    // GUARDED_BY(mu): policy kinds unchanged through it
   std::chrono::steady_clock::time_point last_poll;  // GUARDED_BY(mu)
+  uint64_t installs = 0;  // GUARDED_BY(mu): snapshots installed, plus Invalidate calls (Epoch)
 
   // The background refresher (RefreshInBackground).
   std::atomic<bool> background{false};
@@ -244,9 +246,32 @@ system_clock::time_point AuthService::WallNow() const {
                             std::chrono::microseconds(clock_->NowMicros() - clock_anchor_));
 }
 
+uint64_t AuthService::Epoch() {
+  Cache& c = *cache_;
+  std::shared_ptr<const Snapshot> snap;
+  uint64_t installs;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    snap = c.snap;
+    installs = c.installs;
+  }
+  uint64_t expired = 0;  // keys whose expiry has passed, as Authenticate judges it
+  if (snap && !snap->expiries.empty()) {
+    expired = static_cast<uint64_t>(
+        std::upper_bound(snap->expiries.begin(), snap->expiries.end(), WallNow()) - snap->expiries.begin());
+  }
+  return (installs << 32) + expired;
+}
+
 void AuthService::Invalidate() {
   Cache& c = *cache_;
   c.generation.fetch_add(1);
+  {
+    // Changes the epoch even before a snapshot is reloaded (without the refresher, only the next
+    // check reloads it): a remembered authentication must be checked again.
+    std::lock_guard<std::mutex> lock(c.mu);
+    ++c.installs;
+  }
   if (!c.background.load()) return;
   if (!Refresh().ok()) {
     // Never serve the pre-edit snapshot: without one, the next caller loads it itself.
@@ -310,17 +335,20 @@ StatusOr<std::shared_ptr<const AuthService::Snapshot>> AuthService::Load() {
           }
           auto rv = spec.find("revoked");
           k.revoked = rv != spec.end() && !(rv->is_boolean() && !rv->get<bool>());
+          if (k.expires) snap->expiries.push_back(*k.expires);
           snap->keys[name] = std::move(k);
         }
       }
       opts.continue_token = page->continue_token;
     } while (!opts.continue_token.empty());
   }
+  std::sort(snap->expiries.begin(), snap->expiries.end());
   {
     std::lock_guard<std::mutex> lock(cache_->mu);
     cache_->snap = snap;
     cache_->checked_rev = start_rev;
     cache_->last_poll = std::chrono::steady_clock::now();
+    ++cache_->installs;
   }
   return std::shared_ptr<const Snapshot>(snap);
 }

@@ -169,6 +169,13 @@ class AuthService {
                                                          std::string_view verb,
                                                          std::string_view resource);
 
+  // A number that changes whenever what a token authenticates to may have changed: a new RBAC
+  // snapshot (an edit through this service, Invalidate, or — with RefreshInBackground — any
+  // change to the policy kinds, within one poll interval) or a key's expiry passing. For callers
+  // that remember an authentication instead of repeating it (the gateway's kept-alive
+  // connections). Reads only memory.
+  uint64_t Epoch();
+
   // Forces the next call to reload the RBAC snapshot (tests; after bulk edits). With a
   // background refresher, reloads now instead, so the edit is in force for every thread when
   // this returns.

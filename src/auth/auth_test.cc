@@ -211,6 +211,42 @@ TEST_F(AuthTest, Authenticate) {
   EXPECT_FALSE(auth.Authorize(stale, "get", "jobs", "a").allowed);
 }
 
+// The epoch holds while nothing a token authenticates to changes, and moves on every change.
+TEST_F(AuthTest, EpochMovesWithEveryChangeToWhatKeysAuthenticateTo) {
+  ASSERT_TRUE(auth.Authenticate(admin_token).ok());  // loads the snapshot
+  uint64_t e = auth.Epoch();
+  ASSERT_TRUE(auth.Authenticate(admin_token).ok());
+  clock.Advance(60 * kMicrosPerSecond);
+  EXPECT_EQ(auth.Epoch(), e) << "checks and time alone do not move it";
+
+  StatusOr<AuthService::CreatedKey> k = auth.CreateApiKey(Admin(), "admin", std::nullopt, {}, std::nullopt);
+  ASSERT_TRUE(k.ok());
+  ASSERT_TRUE(auth.Authenticate(k->token).ok());
+  EXPECT_NE(auth.Epoch(), e) << "a new key";
+  e = auth.Epoch();
+  ASSERT_TRUE(auth.RevokeApiKey(k->id).ok());
+  EXPECT_NE(auth.Epoch(), e) << "a revocation, before any check reloads the snapshot";
+  EXPECT_EQ(auth.Authenticate(k->token).status().message(), "key revoked");
+  e = auth.Epoch();
+  EXPECT_EQ(auth.Epoch(), e);
+
+  // A key's expiry passing moves it, with no edit: measured on the service's own clock.
+  StatusOr<AuthService::CreatedKey> expiring = auth.CreateApiKey(
+      Admin(), "admin", std::nullopt, {}, std::chrono::system_clock::now() + std::chrono::hours(3));
+  ASSERT_TRUE(expiring.ok());
+  ASSERT_TRUE(auth.Authenticate(expiring->token).ok());
+  e = auth.Epoch();
+  clock.Advance(3600 * kMicrosPerSecond);
+  EXPECT_EQ(auth.Epoch(), e);
+  ASSERT_TRUE(auth.Authenticate(expiring->token).ok());
+  clock.Advance(3 * 3600 * kMicrosPerSecond);
+  EXPECT_NE(auth.Epoch(), e) << "the expiry passed";
+  EXPECT_EQ(auth.Authenticate(expiring->token).status().message(), "key expired");
+  e = auth.Epoch();
+  auth.Invalidate();
+  EXPECT_NE(auth.Epoch(), e);
+}
+
 TEST_F(AuthTest, KeyWithoutOwnerDoesNotAuthenticate) {
   AddUser("carol");
   StatusOr<AuthService::CreatedKey> k =
@@ -336,6 +372,31 @@ TEST(AuthBackgroundTest, KeyChecksNeverWaitOnTheStore) {
 
 // Edits made through the service take effect before they return, refresher or not: the
 // refresher must never let a revoked key through in the window before its next poll.
+// With the refresher, a change made behind the service's back moves the epoch within a poll
+// interval, with no key check to reload the snapshot.
+TEST(AuthBackgroundTest, EpochFollowsChangesMadeElsewhere) {
+  store::MemoryStore mem;
+  FakeClock clock{1'000'000};
+  AuthService auth(&mem, &clock);
+  StatusOr<std::optional<std::string>> t = auth.Bootstrap();
+  ASSERT_TRUE(t.ok() && t->has_value());
+  auth.RefreshInBackground();
+  StatusOr<Principal> who = auth.Authenticate(**t);
+  ASSERT_TRUE(who.ok());
+  StatusOr<AuthService::CreatedKey> k = auth.CreateApiKey(*who, "admin", std::nullopt, {}, std::nullopt);
+  ASSERT_TRUE(k.ok());
+  const uint64_t e = auth.Epoch();
+  json obj = k->object;
+  obj["spec"]["revoked"] = true;
+  ASSERT_TRUE(mem.Update(obj, 0).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (auth.Epoch() == e && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(auth.Epoch(), e);
+  EXPECT_EQ(auth.Authenticate(k->token).status().message(), "key revoked");
+}
+
 TEST(AuthBackgroundTest, OwnEditsTakeEffectAtOnce) {
   store::MemoryStore mem;
   FakeClock clock{1'000'000};

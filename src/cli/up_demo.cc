@@ -72,9 +72,12 @@ class Demo {
     AICLOUD_RETURN_IF_ERROR(WaitRoutable());
     AICLOUD_RETURN_IF_ERROR(ChatFromZero());
     AICLOUD_RETURN_IF_ERROR(OtherTenantRefused());
-    StatusOr<http::ClientResponse> revoked = api_.Send("DELETE", "/api/v1/apikeys/" + other_key_id_, "", Admin());
+    // Revoked on another connection: api_'s connection carries only the key's calls.
+    http::Client admin(o_.server_url);
+    StatusOr<http::ClientResponse> revoked = admin.Send("DELETE", "/api/v1/apikeys/" + other_key_id_, "", Admin());
     if (revoked.ok() && revoked->status == 200) {
       std::cout << "  tenant other's key revoked (DELETE /api/v1/apikeys/" << other_key_id_ << ")\n";
+      AICLOUD_RETURN_IF_ERROR(RevokedKeyRefused());
     } else {
       std::cerr << "aicloud up: could not revoke tenant other's demo key " << other_key_id_ << " (it expires in 10 minutes): "
                 << (revoked.ok() ? "HTTP " + std::to_string(revoked->status) + ": " + ErrorOf(*revoked)
@@ -319,6 +322,20 @@ class Demo {
                            ErrorOf(*r));
     }
     std::cout << "  the same request with tenant other's key: HTTP 403, \"" << ErrorOf(*r) << "\"\n";
+    return OkStatus();
+  }
+
+  // On the connection that used the key before (the front door remembers a connection's caller
+  // until what keys authenticate to changes): its next call is a 401.
+  Status RevokedKeyRefused() {
+    const json body = {{"model", "chat"}, {"max_tokens", 4}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    StatusOr<http::ClientResponse> r = api_.Send("POST", "/v1/chat/completions", body.dump(), Key(other_key_));
+    if (!r.ok()) return Status(r.status().code(), "chat request with the revoked key: " + r.status().message());
+    if (r->status != 401) {
+      return InternalError("chat request with the revoked key: want HTTP 401, got " + std::to_string(r->status) + ": " +
+                           ErrorOf(*r));
+    }
+    std::cout << "  the same request with the revoked key: HTTP 401, \"" << ErrorOf(*r) << "\"\n";
     return OkStatus();
   }
 

@@ -42,6 +42,7 @@ struct Limits {
 
   bool HasRate() const { return rpm > 0 || tpm > 0; }
   bool HasBudget() const { return budget_tokens > 0 || budget_cost > 0; }
+  bool operator==(const Limits&) const = default;
 };
 
 // The authenticated caller of one request.

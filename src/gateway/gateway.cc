@@ -34,12 +34,13 @@ struct CallerMemo {
 
 StatusOr<CallerRef> Gateway::Authenticate(http::Request& req) {
   const std::string_view authorization = req.HeaderView("authorization");
-  const bool memo_ok = deps_.auth_epoch && !authorization.empty();
+  std::any* const slot = req.connection_memo.get();
+  const bool memo_ok = slot != nullptr && deps_.auth_epoch && !authorization.empty();
   uint64_t epoch = 0;
   CallerMemo* memo = nullptr;
   if (memo_ok) {
     epoch = deps_.auth_epoch();  // read first: a change made during the check below is not missed
-    memo = std::any_cast<CallerMemo>(&req.connection_memo);
+    memo = std::any_cast<CallerMemo>(slot);
     // Compared in constant time: a proxy in front may send several clients' requests on one connection.
     if (memo != nullptr && memo->epoch == epoch && auth::ConstantTimeEquals(memo->authorization, authorization)) {
       return memo->who;
@@ -48,7 +49,7 @@ StatusOr<CallerRef> Gateway::Authenticate(http::Request& req) {
   StatusOr<CallerRef> who = deps_.authenticate(authorization);
   if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
   if (who.ok() && memo_ok) {
-    if (memo == nullptr) memo = &req.connection_memo.emplace<CallerMemo>();
+    if (memo == nullptr) memo = &slot->emplace<CallerMemo>();
     memo->authorization.assign(authorization);
     memo->epoch = epoch;
     memo->who = *who;

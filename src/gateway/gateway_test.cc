@@ -546,6 +546,28 @@ TEST(Gateway, AKeptAliveConnectionReusesItsCallerForTheSameKeyWhileTheEpochHolds
   EXPECT_EQ(a.requests.load(), 8);
 }
 
+// A request the server hands to a worker (here: every one, fast path off) carries the
+// connection's slot with it: the connection still remembers its caller.
+TEST(Gateway, AConnectionRemembersItsCallerAcrossRequestsHandedToWorkers) {
+  FakeEngine a;
+  StaticKeys keys;
+  ASSERT_TRUE(keys.Add("key-a", {.key_id = "ka", .tenant = "ta"}).ok());
+  std::atomic<int> checks{0};
+  Authenticator counted = [&](std::string_view authorization) {
+    ++checks;
+    return keys.Authenticate(authorization);
+  };
+  GatewayOptions o;
+  o.fast_path = false;
+  Harness h(o, nullptr, counted, keys.AsEpoch());
+  ASSERT_TRUE(h.dir.Upsert(OneModel("model-a", "ta", {{"r", a.url(), true}})).ok());
+  http::Client c(h.base);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
+  EXPECT_EQ(checks.load(), 1);
+  const std::string metrics = h.gw->metrics().Render();
+  EXPECT_NE(metrics.find("aicloud_gateway_handled_total{path=\"worker\"} 3"), std::string::npos) << metrics;
+}
+
 TEST(Gateway, WithoutAnEpochEveryRequestIsAuthenticated) {
   FakeEngine a;
   StaticKeys keys;

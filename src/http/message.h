@@ -47,11 +47,12 @@ struct Request {
   // Raised by the server when the client goes away before the answer (checked about once per
   // ServerOptions::client_check_interval); null for requests not read by a server.
   std::shared_ptr<CancelSignal> client_gone;
-  // Kept across the requests of one kept-alive connection: the server does not clear it between
-  // them, and a new connection starts with it empty (so does every request a TLS connection or a
-  // client builds). A handler may remember per-connection work here; the gateway keeps the
-  // caller that the connection's last Authorization header authenticated.
-  std::any connection_memo;
+  // One slot per kept-alive plain connection, handed to each of its requests (a request moved to
+  // a worker still writes into it; the connection reads its requests one after another, so they
+  // never use it at once). A handler may remember per-connection work here: the gateway keeps the
+  // caller the connection's last Authorization header authenticated. Null for requests not read
+  // by a plain connection of a server (TLS connections, clients, tests).
+  std::shared_ptr<std::any> connection_memo;
 
   // "" if absent. REQUIRES: lower_name is lower-case.
   std::string Header(std::string_view lower_name) const;

@@ -195,6 +195,9 @@ struct Connection final : ConnBase, std::enable_shared_from_this<Connection<Stre
   Phase phase = Phase::kReading;
   std::optional<RequestReader> reader;
   Request req;                      // reused: its strings keep their capacity between requests
+  // Handed to each request (Request::connection_memo); kept here, so a request moved to a worker
+  // takes only a copy of it.
+  std::shared_ptr<std::any> memo = std::make_shared<std::any>();
   bool keep_alive = false, head = false, continue_sent = false;
   bool in_dispatch = false;         // inside the handler call: an inline answer waits in `early`
   std::optional<Response> early;
@@ -708,6 +711,7 @@ void Connection<Stream>::ReadRequest() {
   req.params.clear();
   req.route.clear();
   req.client_gone = nullptr;
+  if (req.connection_memo != memo) req.connection_memo = memo;
   reader.emplace(req);
   reader->eager(true);
   reader->body_limit(core->opts.max_body_bytes);
