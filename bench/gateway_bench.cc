@@ -233,8 +233,12 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
       until_ns = std::max<int64_t>(0, until_ns);
       ts.tv_sec = until_ns / 1'000'000'000;
       ts.tv_nsec = until_ns % 1'000'000'000;
-    } else {
-      ts.tv_nsec = 100'000;  // requests wait for a free connection: wait for one to answer
+    } else {  // requests wait for a free connection: wait for one to answer, or the next send
+      int64_t until_ns = 100'000;
+      if (next < t_end) {
+        until_ns = std::clamp<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(next - Clock::now()).count(), 0, until_ns);
+      }
+      ts.tv_nsec = until_ns;
     }
     int n = epoll_pwait2(ep, events, 128, &ts, nullptr);
     if (n < 0 && errno == ENOSYS) {  // kernels before 5.11, and valgrind 3.19: millisecond waits
@@ -417,7 +421,13 @@ int Main(int argc, char** argv) {
     else if (a == "--usage") f.usage = val();
     else if (a == "--prompt-bytes") f.prompt_bytes = static_cast<size_t>(std::stoul(val()));
     else if (a == "--stub-usage") f.stub_usage = val();
-    else if (a == "--slice") f.slice_ms = std::stod(val());
+    else if (a == "--slice") {
+      f.slice_ms = std::stod(val());
+      if (!(f.slice_ms >= 1)) {
+        std::fprintf(stderr, "error: --slice wants milliseconds >= 1 (got %s)\n", argv[i]);
+        return 2;
+      }
+    }
     else if (a == "--pin") {
       std::string v = val();
       for (size_t p = 0; p <= v.size();) {
@@ -643,8 +653,8 @@ int Main(int argc, char** argv) {
     std::printf("gateway added p50 / nginx added p50 = %.2f\n", n50 > 0 ? g50 / n50 : NAN);
     out["ratio_p50_added"] = n50 > 0 ? g50 / n50 : -1;
     out["ratio_p99_added"] = n > 0 ? g / n : -1;
-    // The same ratio within each round (the three targets of a round run back to back), so a
-    // stall of the machine in one round does not decide the run; the median over rounds.
+    // The same ratio within each round (a round's targets run back to back, or at once with
+    // --slice), so a stall of the machine in one round does not decide the run; the median.
     auto target = [&](std::string_view name) -> const Target* {
       for (const Target& t : targets) {
         if (t.name == name) return &t;
@@ -658,7 +668,7 @@ int Main(int argc, char** argv) {
       std::vector<double> ratios;
       for (int r = 0; r < f.rounds; ++r) {
         const double gr = tg->rounds[r][q] - td->rounds[r][q], nr = tn->rounds[r][q] - td->rounds[r][q];
-        if (nr > 0) ratios.push_back(gr / nr);
+        if (nr > 0 && std::isfinite(gr)) ratios.push_back(gr / nr);  // NaN: a round with no answer
       }
       if (ratios.empty()) continue;
       std::vector<double> sorted = ratios;

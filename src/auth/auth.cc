@@ -252,6 +252,10 @@ uint64_t AuthService::Epoch() {
   uint64_t installs;
   {
     std::lock_guard<std::mutex> lock(c.mu);
+    // A value never seen before, so nothing remembered is reused: without the refresher (only a
+    // check would notice an edit made elsewhere), with no snapshot (a reload failed), or with one
+    // older than an edit of this service's (Invalidate, reload pending).
+    if (!c.background.load() || !c.snap || c.snap->generation != c.generation.load()) return ++c.installs << 32;
     snap = c.snap;
     installs = c.installs;
   }
@@ -277,6 +281,7 @@ void AuthService::Invalidate() {
     // Never serve the pre-edit snapshot: without one, the next caller loads it itself.
     std::lock_guard<std::mutex> lock(c.mu);
     c.snap.reset();
+    ++c.installs;
   }
 }
 

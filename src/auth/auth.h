@@ -170,10 +170,11 @@ class AuthService {
                                                          std::string_view resource);
 
   // A number that changes whenever what a token authenticates to may have changed: a new RBAC
-  // snapshot (an edit through this service, Invalidate, or — with RefreshInBackground — any
-  // change to the policy kinds, within one poll interval) or a key's expiry passing. For callers
-  // that remember an authentication instead of repeating it (the gateway's kept-alive
-  // connections). Reads only memory.
+  // snapshot (an edit through this service or Invalidate at once; any other change to the policy
+  // kinds within one poll interval) or a key's expiry passing. For callers that remember an
+  // authentication instead of repeating it (the gateway's kept-alive connections). Without
+  // RefreshInBackground, and while no current snapshot is loaded, every call returns a new
+  // number (nothing remembered is reused). Reads only memory.
   uint64_t Epoch();
 
   // Forces the next call to reload the RBAC snapshot (tests; after bulk edits). With a

@@ -214,6 +214,9 @@ TEST_F(AuthTest, Authenticate) {
 // The epoch holds while nothing a token authenticates to changes, and moves on every change.
 TEST_F(AuthTest, EpochMovesWithEveryChangeToWhatKeysAuthenticateTo) {
   ASSERT_TRUE(auth.Authenticate(admin_token).ok());  // loads the snapshot
+  EXPECT_NE(auth.Epoch(), auth.Epoch()) << "without the refresher, nothing remembered is reused";
+  auth.RefreshInBackground();
+  ASSERT_TRUE(auth.Authenticate(admin_token).ok());
   uint64_t e = auth.Epoch();
   ASSERT_TRUE(auth.Authenticate(admin_token).ok());
   clock.Advance(60 * kMicrosPerSecond);

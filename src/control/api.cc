@@ -277,7 +277,8 @@ void Api::Routes() {
       http::Response denied;
       const std::string rbac_verb = v == "uncordon" ? "cordon" : v;
       if (!Allow(c, rbac_verb, "nodes", "", n, &denied)) return denied;
-      Status st = v == "drain" ? control_->Drain(n) : control_->Cordon(n, v == "cordon");
+      Status st = v == "drain" ? control_->Drain(n, ControlPlane::CordonBy::kOperator)
+                               : control_->Cordon(n, v == "cordon", ControlPlane::CordonBy::kOperator);
       Audit(c, v, "nodes", "", n, true, st.ok() ? "" : st.message(), st.ok() ? 200 : http::HttpStatusOf(st));
       if (!st.ok()) return Error(st);
       return http::Response::Json(200, {{v == "uncordon" ? "uncordoned" : v + "ed", n}});

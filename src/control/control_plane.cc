@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cluster/catalog.h"
+#include "control/node_autoscaler.h"
 #include "sched/profile.h"
 #include "sched/registry.h"
 
@@ -1065,10 +1066,19 @@ StatusOr<LogChunk> ControlPlane::ReadLog(const std::string& tenant, const std::s
   return c;
 }
 
-Status ControlPlane::Cordon(const std::string& node, bool cordon) {
+Status ControlPlane::Cordon(const std::string& node, bool cordon, CordonBy by) {
   for (int tries = 0; tries < 5; ++tries) {
     StatusOr<json> cur = store_->Get({"Node", "", node});
     if (!cur.ok()) return cur.status();
+    json& labels = (*cur)["metadata"]["labels"];
+    if (!labels.is_object()) labels = json::object();
+    const bool marked = labels.value(kConsolidatingLabel, "") == "true";
+    if (by == CordonBy::kMarked && !marked) {
+      return FailedPreconditionError("Node " + node + " is no longer being emptied (an operator cordoned, uncordoned or drained it)");
+    }
+    if (by == CordonBy::kOperator || (by == CordonBy::kMarked && !cordon)) labels.erase(kConsolidatingLabel);
+    if (by == CordonBy::kMove) labels[kConsolidatingLabel] = "true";
+    if (labels.empty()) (*cur)["metadata"].erase("labels");
     (*cur)["spec"]["unschedulable"] = cordon;
     StatusOr<json> w = store_->Update(*cur, store::ResourceVersionOf(*cur));
     if (w.ok()) {
@@ -1080,8 +1090,8 @@ Status ControlPlane::Cordon(const std::string& node, bool cordon) {
   return AbortedError("Node " + node + ": too many concurrent writers");
 }
 
-Status ControlPlane::Drain(const std::string& node) {
-  AICLOUD_RETURN_IF_ERROR(Cordon(node, true));
+Status ControlPlane::Drain(const std::string& node, CordonBy by) {
+  AICLOUD_RETURN_IF_ERROR(Cordon(node, true, by));
   std::lock_guard<std::mutex> l(mu_);
   ApplyStoreChanges();
   Node* n = FindNode(node);

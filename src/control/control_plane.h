@@ -96,9 +96,18 @@ class ControlPlane {
   // worker's output from `offset`; attempt < 0 = the latest attempt that has one.
   StatusOr<LogChunk> ReadLog(const std::string& tenant, const std::string& job, int worker,
                              int attempt, int64_t offset, size_t max_bytes);
-  Status Cordon(const std::string& node, bool cordon);
+  // Whose cordon it is, for the cluster autoscaler's consolidation mark (aicloud/consolidating
+  // on the Node), which the same write reads and changes:
+  enum class CordonBy {
+    kAny,       // the cordon flag alone
+    kOperator,  // an operator (the API): drops the mark, taking the node out of a move in progress
+    kMove,      // the autoscaler beginning a move: cordons and marks
+    kMarked,    // the autoscaler carrying on (cordon) or giving up (uncordon, mark dropped) a move:
+                // only while the mark is there, else FAILED_PRECONDITION (an operator took over)
+  };
+  Status Cordon(const std::string& node, bool cordon, CordonBy by = CordonBy::kAny);
   // Cordons and ends every attempt on the node (requeued without using a retry).
-  Status Drain(const std::string& node);
+  Status Drain(const std::string& node, CordonBy by = CordonBy::kAny);
   // Ends the job's attempt if a worker of it runs on `node` (requeued without using a retry, as
   // a drain does); nothing else on the node is touched. FAILED_PRECONDITION when it does not.
   Status EvictJob(const std::string& tenant, const std::string& name, const std::string& node);

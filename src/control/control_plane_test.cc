@@ -1,4 +1,5 @@
 #include "control/control_plane.h"
+#include "control/node_autoscaler.h"
 
 #include <gtest/gtest.h>
 
@@ -235,6 +236,45 @@ TEST_F(ControlPlaneTest, PendingJobIsPlacedWhenCapacityComesBack) {
   cp_->Sync();
   cp_->Sync();
   EXPECT_EQ(JobNow("third")["status"]["phase"], "Scheduled") << JobNow("third").dump();
+}
+
+// An operator's cordon, uncordon or drain takes the node out of a consolidation (its mark goes
+// in the same write); the cluster autoscaler's own cordon keeps the mark.
+TEST_F(ControlPlaneTest, AnOperatorsCordonDropsTheConsolidationMark) {
+  Register("a", 1);
+  auto mark = [&](bool on) {
+    json n = *store_.Get({"Node", "", "a"});
+    if (on) n["metadata"]["labels"][kConsolidatingLabel] = "true";
+    ASSERT_TRUE(store_.Update(n, 0).ok());
+  };
+  auto marked = [&] {
+    json l = (*store_.Get({"Node", "", "a"}))["metadata"].value("labels", json::object());
+    return l.is_object() && l.value(kConsolidatingLabel, "") == "true";
+  };
+  mark(true);
+  ASSERT_TRUE(cp_->Cordon("a", true).ok());
+  EXPECT_TRUE(marked()) << "the autoscaler's own cordon";
+  ASSERT_TRUE(cp_->Cordon("a", true, ControlPlane::CordonBy::kOperator).ok());
+  EXPECT_FALSE(marked());
+  EXPECT_TRUE((*store_.Get({"Node", "", "a"}))["spec"]["unschedulable"].get<bool>());
+  mark(true);
+  ASSERT_TRUE(cp_->Cordon("a", false, ControlPlane::CordonBy::kOperator).ok());
+  EXPECT_FALSE(marked());
+  mark(true);
+  ASSERT_TRUE(cp_->Drain("a", ControlPlane::CordonBy::kOperator).ok());
+  EXPECT_FALSE(marked());
+  // The autoscaler's writes: a move marks as it cordons; carrying on or giving up needs the mark.
+  EXPECT_EQ(cp_->Cordon("a", true, ControlPlane::CordonBy::kMarked).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cp_->Cordon("a", false, ControlPlane::CordonBy::kMarked).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*store_.Get({"Node", "", "a"}))["spec"]["unschedulable"].get<bool>()) << "the operator's cordon stays";
+  ASSERT_TRUE(cp_->Cordon("a", false).ok());
+  ASSERT_TRUE(cp_->Cordon("a", true, ControlPlane::CordonBy::kMove).ok());
+  EXPECT_TRUE(marked());
+  ASSERT_TRUE(cp_->Cordon("a", true, ControlPlane::CordonBy::kMarked).ok());
+  EXPECT_TRUE(marked());
+  ASSERT_TRUE(cp_->Cordon("a", false, ControlPlane::CordonBy::kMarked).ok());
+  EXPECT_FALSE(marked());
+  EXPECT_FALSE((*store_.Get({"Node", "", "a"}))["spec"]["unschedulable"].get<bool>());
 }
 
 TEST_F(ControlPlaneTest, DrainRequeuesWithoutUsingARetry) {

@@ -91,6 +91,14 @@ Status SetLabel(store::Store* store, const store::ObjectKey& which, const char* 
   return AbortedError(which.ToString() + ": too many concurrent writers");
 }
 
+// Whether the Node carries the consolidation mark.
+bool NodeMarked(store::Store* store, const std::string& node) {
+  StatusOr<json> n = store->Get({"Node", "", node});
+  if (!n.ok()) return false;
+  const json labels = n->value("metadata", json::object()).value("labels", json::object());
+  return labels.is_object() && labels.value(kConsolidatingLabel, "") == "true";
+}
+
 // Quotes a word for /bin/sh.
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
@@ -194,7 +202,7 @@ NodeAutoscaler::NodeAutoscaler(store::Store* store, ControlPlane* control, Clock
     powered_off_ = metrics->AddCounter("aicloud_node_autoscaler_powered_off_total",
                                        "Nodes the cluster autoscaler powered off", {"reason"});
     consolidations_ = metrics->AddCounter("aicloud_node_autoscaler_consolidations_total",
-                                          "Nodes the cluster autoscaler began to empty, and those it gave up on",
+                                          "Nodes the cluster autoscaler began to empty, those it gave up on, and those an operator took over",
                                           {"outcome"});
   }
 }
@@ -330,6 +338,8 @@ void NodeAutoscaler::Turn() {
     std::vector<Resident> residents;
   };
   std::vector<Move> to_consolidate, to_abandon, to_drain;
+  std::vector<Move> to_release;  // moves an operator took over: residents unlabelled, the node left alone
+  std::vector<Resident> stale_marks;  // eviction labels no move stands behind (found at start)
   std::vector<Move> to_continue;  // a move's later turns: why "cordon" = cordon again; replicas to label
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -338,7 +348,15 @@ void NodeAutoscaler::Turn() {
         if (!ready[n]) continue;  // powered-off ones stay free
         added_[n] = {.powered_on_us = now, .registered = true};
         // One being emptied when that server stopped: carried on (or abandoned) from here.
-        if (consolidating.count(n)) added_[n].consolidating_since_us = now, added_[n].resumed = true;
+        if (consolidating.count(n)) {
+          added_[n].consolidating_since_us = now, added_[n].resumed = true, added_[n].marked = true;
+        } else {
+          // Replicas still labelled for eviction from a move that ended while no server ran
+          // (an operator took the node over, or an abandon's clean-up failed): they stay.
+          for (const Resident& r : on_node[n]) {
+            if (r.marked) stale_marks.push_back(r);
+          }
+        }
       }
       loaded_ = true;
     }
@@ -363,6 +381,22 @@ void NodeAutoscaler::Turn() {
         if (now - a.not_ready_since_us > options_.provision_timeout.count() * 1000) off_reasons.emplace_back(name, "lost");
       } else {
         a.not_ready_since_us = 0;
+      }
+      if (a.consolidating_since_us != 0 && a.marked && !consolidating.count(name)) {
+        // An operator cordoned, uncordoned or drained it (ControlPlane::Cordon by_operator drops
+        // the label): the move ends here, the node stays as the operator left it.
+        a.consolidating_since_us = 0;
+        a.resumed = a.marked = false;
+        a.requeued.clear();
+        ++a.abandoned;
+        const int64_t wait = std::min(options_.max_backoff.count() * 1000,
+                                      (options_.backoff.count() * 1000) << std::min(a.abandoned - 1, 20));
+        a.consolidate_retry_us = now + wait;
+        to_release.push_back({name, fmt::format("an operator cordoned, uncordoned or drained it; not tried again for {} s",
+                                                wait / 1'000'000),
+                              on_node[name]});
+        a.idle_since_us = 0;
+        continue;
       }
       if (a.consolidating_since_us != 0) {  // being emptied (step 3): gone once empty
         // (A resumed move cordons again first: the node goes a turn later at the earliest.)
@@ -429,7 +463,7 @@ void NodeAutoscaler::Turn() {
       if (why.empty() && options_.consolidate_below <= 0) why = "consolidation is off (--node-consolidate-below 0)";
       if (!why.empty()) {
         a.consolidating_since_us = 0;
-        a.resumed = false;
+        a.resumed = a.marked = false;
         a.requeued.clear();
         ++a.abandoned;
         const int64_t wait = std::min(options_.max_backoff.count() * 1000,
@@ -591,15 +625,19 @@ void NodeAutoscaler::Turn() {
     if (control_ != nullptr) (void)control_->Cordon(name, false);
   }
   for (const Move& m : to_consolidate) {
-    Status c = control_ != nullptr ? control_->Cordon(m.node, true) : OkStatus();
-    if (c.ok()) c = SetLabel(store_, {"Node", "", m.node}, kConsolidatingLabel, true);  // a restarted server carries on
+    // Cordoned and marked in one write (the mark: a restarted server carries the move on).
+    Status c = control_ != nullptr ? control_->Cordon(m.node, true, ControlPlane::CordonBy::kMove)
+                                   : SetLabel(store_, {"Node", "", m.node}, kConsolidatingLabel, true);
     if (!c.ok()) {
       spdlog::warn("node autoscaler: {} could be emptied ({}), but cordon failed (tried again later): {}", m.node, m.why,
                    std::string(c.message()));
-      if (control_ != nullptr) (void)control_->Cordon(m.node, false);
       std::lock_guard<std::mutex> l(mu_);
       if (auto it = added_.find(m.node); it != added_.end()) it->second.consolidating_since_us = 0;
       continue;
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = added_.find(m.node); it != added_.end()) it->second.marked = true;
     }
     int replicas = 0, requeued = 0;
     for (const Resident& r : m.residents) {
@@ -615,8 +653,10 @@ void NodeAutoscaler::Turn() {
   }
   for (const Move& m : to_continue) {
     if (m.why == "cordon" && control_ != nullptr) {
-      Status c = control_->Cordon(m.node, true);
-      if (!c.ok()) {  // nothing is requeued or powered off until it is cordoned: tried next turn
+      Status c = control_->Cordon(m.node, true, ControlPlane::CordonBy::kMarked);
+      if (c.code() == StatusCode::kFailedPrecondition) {
+        spdlog::info("node autoscaler: {}: {}", m.node, std::string(c.message()));  // next turn ends the move
+      } else if (!c.ok()) {  // nothing is requeued or powered off until it is cordoned: tried next turn
         spdlog::warn("node autoscaler: cordon {} (a move carried on): {}", m.node, std::string(c.message()));
         std::lock_guard<std::mutex> l(mu_);
         if (auto it = added_.find(m.node); it != added_.end()) it->second.resumed = true;
@@ -637,10 +677,28 @@ void NodeAutoscaler::Turn() {
       if (auto it = added_.find(m.node); it != added_.end()) it->second.requeued.erase(r.tenant + "/" + r.name);
     }
   }
+  for (const Resident& r : stale_marks) {
+    spdlog::info("node autoscaler: replica {}/{} keeps its place: its node is no longer being emptied", r.tenant, r.name);
+    Status l = SetLabel(store_, {"Job", r.tenant, r.name}, kEvictLabel, false);
+    if (!l.ok()) spdlog::warn("node autoscaler: replica {}/{}: {}", r.tenant, r.name, std::string(l.message()));
+  }
+  for (const Move& m : to_release) {
+    spdlog::warn("node autoscaler: consolidation of {} stopped: {}", m.node, m.why);
+    for (const Resident& r : m.residents) {
+      if (!r.marked) continue;
+      Status l = SetLabel(store_, {"Job", r.tenant, r.name}, kEvictLabel, false);
+      if (!l.ok()) spdlog::warn("node autoscaler: replica {}/{}: {}", r.tenant, r.name, std::string(l.message()));
+    }
+    if (consolidations_ != nullptr) consolidations_->Inc({"taken_over"});
+  }
   for (const Move& m : to_abandon) {
-    spdlog::warn("node autoscaler: consolidation of {} abandoned: {}; node uncordoned", m.node, m.why);
-    if (control_ != nullptr) (void)control_->Cordon(m.node, false);
-    (void)SetLabel(store_, {"Node", "", m.node}, kConsolidatingLabel, false);
+    // Uncordoned and unmarked in one write, unless an operator took the node over meanwhile.
+    Status c = control_ != nullptr ? control_->Cordon(m.node, false, ControlPlane::CordonBy::kMarked)
+                                   : SetLabel(store_, {"Node", "", m.node}, kConsolidatingLabel, false);
+    spdlog::warn("node autoscaler: consolidation of {} abandoned: {}; {}", m.node, m.why,
+                 c.ok() ? "node uncordoned"
+                 : c.code() == StatusCode::kFailedPrecondition ? "node left as an operator set it"
+                                                               : "uncordon failed: " + std::string(c.message()));
     for (const Resident& r : m.residents) {
       if (!r.marked) continue;
       Status l = SetLabel(store_, {"Job", r.tenant, r.name}, kEvictLabel, false);
@@ -649,7 +707,20 @@ void NodeAutoscaler::Turn() {
     if (consolidations_ != nullptr) consolidations_->Inc({"abandoned"});
   }
   for (const auto& [name, reason] : off_reasons) {
-    Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();
+    // An emptied node goes only while it is still marked: an operator may have taken it over
+    // since this turn read the Nodes.
+    Status c = reason != "consolidated"  ? (control_ != nullptr ? control_->Cordon(name, true) : OkStatus())
+               : control_ != nullptr ? control_->Cordon(name, true, ControlPlane::CordonBy::kMarked)
+               : NodeMarked(store_, name) ? OkStatus()
+                                          : FailedPreconditionError("Node " + name + " is no longer being emptied");
+    if (reason == "consolidated" && c.code() == StatusCode::kFailedPrecondition) {
+      spdlog::info("node autoscaler: {} not powered off: {}", name, std::string(c.message()));
+      std::lock_guard<std::mutex> l(mu_);
+      released_.erase(name);
+      added_[name] = {.powered_on_us = now, .registered = true};
+      if (consolidations_ != nullptr) consolidations_->Inc({"taken_over"});
+      continue;
+    }
     if (!c.ok() && c.code() != StatusCode::kNotFound) spdlog::warn("node autoscaler: cordon {}: {}", name, std::string(c.message()));
     // Whatever the reason (a node lost mid-move too): a stale mark would make a later server
     // resume a move on the machine that takes this name next.

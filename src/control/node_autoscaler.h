@@ -41,7 +41,9 @@
 //    `pending_for` for room (the replacements do not fit after all) or the node is not empty
 //    within `provision_timeout`. The fit check knows lanes and keeps off tainted nodes, not
 //    tolerations, MIG or NVLink rules. The Node carries aicloud/consolidating=true meanwhile, so
-//    a restarted server carries the move on. A node counts as underused only while no job waits
+//    a restarted server carries the move on. An operator's cordon, uncordon or drain drops that
+//    mark (ControlPlane::Cordon by_operator): the move ends without touching the cordon or
+//    powering the node off as consolidated. A node counts as underused only while no job waits
 //    for room, no node is being provisioned and nothing else is being emptied.
 // A powered-off node's name is reused only once its Node is no longer Ready (its last heartbeat
 // ages out), so the old machine's Node object is never taken for the new one registering.
@@ -172,6 +174,7 @@ class NodeAutoscaler {
     int64_t underused_since_us = 0;  // 0 = not a consolidation candidate (yet)
     int64_t consolidating_since_us = 0;  // 0 = not being emptied
     bool resumed = false;            // a move found on the Node at start: cordoned again first
+    bool marked = false;             // the Node carries kConsolidatingLabel, as far as this knows
     std::set<std::string> requeued;  // "tenant/name" of the safe-to-evict jobs moved off it
     int64_t consolidate_retry_us = 0;  // an abandoned consolidation is not tried again before this
     int abandoned = 0;                 // consolidations of it abandoned: the wait doubles each time

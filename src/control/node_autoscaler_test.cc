@@ -255,6 +255,31 @@ TEST_F(NodeAutoscalerTest, AJobThatCannotMoveFoundDuringAMoveAbandonsIt) {
   EXPECT_TRUE(prov_.off.empty());
 }
 
+// An operator's cordon (uncordon, drain) drops the Node's mark: the move ends there, the
+// replica keeps its place, and the node is not powered off as consolidated once empty.
+TEST_F(NodeAutoscalerTest, AnOperatorActingOnTheNodeEndsTheMove) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  Turns(61, na, 1);
+  ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
+  ASSERT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "true");
+  Turns(2, na, 2);
+  EXPECT_EQ(Consolidations("taken_over"), 0) << "the move's own mark does not end it";
+  json n = *store_.Get({"Node", "", "auto-0"});  // what ControlPlane::Cordon(by_operator) writes
+  n["spec"]["unschedulable"] = true;
+  n["metadata"]["labels"].erase(kConsolidatingLabel);
+  ASSERT_TRUE(store_.Update(n, 0).ok());
+  Turns(2, na, 1);
+  EXPECT_EQ(Consolidations("taken_over"), 1);
+  EXPECT_EQ(Consolidations("abandoned"), 0);
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "the replica is not replaced";
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());  // the operator drains it
+  Turns(2, na, 5);
+  EXPECT_TRUE(prov_.off.empty()) << "not powered off as consolidated";
+  EXPECT_EQ(Consolidations("started"), 1);
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
+}
+
 TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
   NodeAutoscalerOptions o{.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
                           .provision_timeout = std::chrono::seconds(900)};
@@ -280,6 +305,25 @@ TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
   after.Turn();
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "") << "cleared when powered off";
+}
+
+// The operator took the node over while no server ran: the next server finds replicas labelled
+// for eviction on a node no longer being emptied, and takes the labels off.
+TEST_F(NodeAutoscalerTest, ARestartedServerClearsEvictionLabelsNoMoveStandsBehind) {
+  {
+    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
+    Turns(61, before, 1);
+    ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
+  }
+  json n = *store_.Get({"Node", "", "auto-0"});
+  n["metadata"]["labels"].erase(kConsolidatingLabel);
+  ASSERT_TRUE(store_.Update(n, 0).ok());
+  NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  after.Turn();
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
+  Turns(2, after, 3);
+  EXPECT_TRUE(prov_.off.empty());
 }
 
 TEST_F(NodeAutoscalerTest, ANodeIsUnderusedAfreshOnceAJobStopsWaitingForRoom) {

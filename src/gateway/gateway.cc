@@ -25,6 +25,7 @@ bool Is2xx(int status) { return status >= 200 && status < 300; }
 
 // What a kept-alive connection's last Authorization header authenticated (Request::connection_memo).
 struct CallerMemo {
+  const void* gateway = nullptr;  // whose authenticator: one server may carry two gateways
   std::string authorization;
   uint64_t epoch = 0;  // GatewayDeps::auth_epoch when it was authenticated
   CallerRef who;
@@ -42,7 +43,8 @@ StatusOr<CallerRef> Gateway::Authenticate(http::Request& req) {
     epoch = deps_.auth_epoch();  // read first: a change made during the check below is not missed
     memo = std::any_cast<CallerMemo>(slot);
     // Compared in constant time: a proxy in front may send several clients' requests on one connection.
-    if (memo != nullptr && memo->epoch == epoch && auth::ConstantTimeEquals(memo->authorization, authorization)) {
+    if (memo != nullptr && memo->gateway == this && memo->epoch == epoch &&
+        auth::ConstantTimeEquals(memo->authorization, authorization)) {
       return memo->who;
     }
   }
@@ -50,6 +52,7 @@ StatusOr<CallerRef> Gateway::Authenticate(http::Request& req) {
   if (who.ok() && *who == nullptr) who = InternalError("the authenticator returned no caller");
   if (who.ok() && memo_ok) {
     if (memo == nullptr) memo = &slot->emplace<CallerMemo>();
+    memo->gateway = this;
     memo->authorization.assign(authorization);
     memo->epoch = epoch;
     memo->who = *who;

@@ -98,7 +98,7 @@ struct GatewayDeps {
   // connection's next requests that send the same Authorization header, for as long as this
   // returns the same value: the authenticator must change it whenever what a key authenticates
   // to may change (added, revoked, expired, edited). Unset: every request is authenticated.
-  // StaticKeys::Epoch fits (its keys are only ever added).
+  // StaticKeys::AsEpoch fits (its keys are only ever added).
   std::function<uint64_t()> auth_epoch;
   UsageSink* usage = nullptr;          // null: records are dropped
   store::Store* store = nullptr;       // null: budgets in memory only
