@@ -383,8 +383,8 @@ void NodeAutoscaler::Turn() {
         a.not_ready_since_us = 0;
       }
       if (a.consolidating_since_us != 0 && a.marked && !consolidating.count(name)) {
-        // An operator cordoned, uncordoned or drained it (ControlPlane::Cordon by_operator drops
-        // the label): the move ends here, the node stays as the operator left it.
+        // An operator cordoned, uncordoned or drained it (CordonBy::kOperator drops the mark):
+        // the move ends here, the node stays as the operator left it.
         a.consolidating_since_us = 0;
         a.resumed = a.marked = false;
         a.requeued.clear();
@@ -717,7 +717,8 @@ void NodeAutoscaler::Turn() {
       spdlog::info("node autoscaler: {} not powered off: {}", name, std::string(c.message()));
       std::lock_guard<std::mutex> l(mu_);
       released_.erase(name);
-      added_[name] = {.powered_on_us = now, .registered = true};
+      added_[name] = {.powered_on_us = now, .registered = true, .consolidate_retry_us = now + options_.backoff.count() * 1000,
+                      .abandoned = 1};
       if (consolidations_ != nullptr) consolidations_->Inc({"taken_over"});
       continue;
     }
