@@ -42,7 +42,7 @@
 //    within `provision_timeout`. The fit check knows lanes and keeps off tainted nodes, not
 //    tolerations, MIG or NVLink rules. The Node carries aicloud/consolidating=true meanwhile, so
 //    a restarted server carries the move on. An operator's cordon, uncordon or drain drops that
-//    mark (ControlPlane::Cordon by_operator): the move ends without touching the cordon or
+//    mark (ControlPlane::CordonBy::kOperator): the move ends without touching the cordon or
 //    powering the node off as consolidated. A node counts as underused only while no job waits
 //    for room, no node is being provisioned and nothing else is being emptied.
 // A powered-off node's name is reused only once its Node is no longer Ready (its last heartbeat

@@ -265,7 +265,7 @@ TEST_F(NodeAutoscalerTest, AnOperatorActingOnTheNodeEndsTheMove) {
   ASSERT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "true");
   Turns(2, na, 2);
   EXPECT_EQ(Consolidations("taken_over"), 0) << "the move's own mark does not end it";
-  json n = *store_.Get({"Node", "", "auto-0"});  // what ControlPlane::Cordon(by_operator) writes
+  json n = *store_.Get({"Node", "", "auto-0"});  // what ControlPlane::Cordon(CordonBy::kOperator) writes
   n["spec"]["unschedulable"] = true;
   n["metadata"]["labels"].erase(kConsolidatingLabel);
   ASSERT_TRUE(store_.Update(n, 0).ok());
