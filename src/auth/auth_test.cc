@@ -373,25 +373,33 @@ TEST(AuthBackgroundTest, KeyChecksNeverWaitOnTheStore) {
   EXPECT_TRUE(seen) << "the refresher never reloaded the snapshot";
 }
 
-// Edits made through the service take effect before they return, refresher or not: the
-// refresher must never let a revoked key through in the window before its next poll.
+// A service with its refresher running, bootstrapped, and the admin's principal.
+struct RefreshedAuth {
+  RefreshedAuth() {
+    StatusOr<std::optional<std::string>> t = auth.Bootstrap();
+    EXPECT_TRUE(t.ok() && t->has_value());
+    auth.RefreshInBackground();
+    StatusOr<Principal> p = auth.Authenticate(t.ok() && t->has_value() ? **t : "");
+    EXPECT_TRUE(p.ok());
+    if (p.ok()) admin = *p;
+  }
+  store::MemoryStore mem;
+  FakeClock clock{1'000'000};
+  AuthService auth{&mem, &clock};
+  Principal admin;
+};
+
 // With the refresher, a change made behind the service's back moves the epoch within a poll
 // interval, with no key check to reload the snapshot.
 TEST(AuthBackgroundTest, EpochFollowsChangesMadeElsewhere) {
-  store::MemoryStore mem;
-  FakeClock clock{1'000'000};
-  AuthService auth(&mem, &clock);
-  StatusOr<std::optional<std::string>> t = auth.Bootstrap();
-  ASSERT_TRUE(t.ok() && t->has_value());
-  auth.RefreshInBackground();
-  StatusOr<Principal> who = auth.Authenticate(**t);
-  ASSERT_TRUE(who.ok());
-  StatusOr<AuthService::CreatedKey> k = auth.CreateApiKey(*who, "admin", std::nullopt, {}, std::nullopt);
+  RefreshedAuth r;
+  AuthService& auth = r.auth;
+  StatusOr<AuthService::CreatedKey> k = auth.CreateApiKey(r.admin, "admin", std::nullopt, {}, std::nullopt);
   ASSERT_TRUE(k.ok());
   const uint64_t e = auth.Epoch();
   json obj = k->object;
   obj["spec"]["revoked"] = true;
-  ASSERT_TRUE(mem.Update(obj, 0).ok());
+  ASSERT_TRUE(r.mem.Update(obj, 0).ok());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (auth.Epoch() == e && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -400,17 +408,13 @@ TEST(AuthBackgroundTest, EpochFollowsChangesMadeElsewhere) {
   EXPECT_EQ(auth.Authenticate(k->token).status().message(), "key revoked");
 }
 
+// Edits made through the service take effect before they return, refresher or not: the
+// refresher must never let a revoked key through in the window before its next poll.
 TEST(AuthBackgroundTest, OwnEditsTakeEffectAtOnce) {
-  store::MemoryStore mem;
-  FakeClock clock{1'000'000};
-  AuthService auth(&mem, &clock);
-  StatusOr<std::optional<std::string>> t = auth.Bootstrap();
-  ASSERT_TRUE(t.ok() && t->has_value());
-  auth.RefreshInBackground();
-  StatusOr<Principal> who = auth.Authenticate(**t);
-  ASSERT_TRUE(who.ok());
+  RefreshedAuth r;
+  AuthService& auth = r.auth;
   for (int i = 0; i < 20; ++i) {
-    StatusOr<AuthService::CreatedKey> k = auth.CreateApiKey(*who, "admin", std::nullopt, {}, std::nullopt);
+    StatusOr<AuthService::CreatedKey> k = auth.CreateApiKey(r.admin, "admin", std::nullopt, {}, std::nullopt);
     ASSERT_TRUE(k.ok());
     ASSERT_TRUE(auth.Authenticate(k->token).ok()) << "new key " << i << " not yet known";
     ASSERT_TRUE(auth.RevokeApiKey(k->id).ok());

@@ -313,29 +313,22 @@ class Demo {
     return OkStatus();
   }
 
-  Status OtherTenantRefused() {
-    const json body = {{"model", "chat"}, {"max_tokens", 4}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
-    StatusOr<http::ClientResponse> r = api_.Send("POST", "/v1/chat/completions", body.dump(), Key(other_key_));
-    if (!r.ok()) return Status(r.status().code(), "chat request with other's key: " + r.status().message());
-    if (r->status != 403) {
-      return InternalError("chat request with other's key: want HTTP 403, got " + std::to_string(r->status) + ": " +
-                           ErrorOf(*r));
-    }
-    std::cout << "  the same request with tenant other's key: HTTP 403, \"" << ErrorOf(*r) << "\"\n";
-    return OkStatus();
-  }
+  Status OtherTenantRefused() { return ChatRefused(403, "other's key", "tenant other's key"); }
 
   // On the connection that used the key before (the front door remembers a connection's caller
   // until what keys authenticate to changes): its next call is a 401.
-  Status RevokedKeyRefused() {
+  Status RevokedKeyRefused() { return ChatRefused(401, "the revoked key", "the revoked key"); }
+
+  // A small chat request with tenant other's key on api_'s connection must get HTTP `want`.
+  Status ChatRefused(int want, const std::string& key_name, const std::string& shown) {
     const json body = {{"model", "chat"}, {"max_tokens", 4}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
     StatusOr<http::ClientResponse> r = api_.Send("POST", "/v1/chat/completions", body.dump(), Key(other_key_));
-    if (!r.ok()) return Status(r.status().code(), "chat request with the revoked key: " + r.status().message());
-    if (r->status != 401) {
-      return InternalError("chat request with the revoked key: want HTTP 401, got " + std::to_string(r->status) + ": " +
-                           ErrorOf(*r));
+    if (!r.ok()) return Status(r.status().code(), "chat request with " + key_name + ": " + r.status().message());
+    if (r->status != want) {
+      return InternalError("chat request with " + key_name + ": want HTTP " + std::to_string(want) + ", got " +
+                           std::to_string(r->status) + ": " + ErrorOf(*r));
     }
-    std::cout << "  the same request with the revoked key: HTTP 401, \"" << ErrorOf(*r) << "\"\n";
+    std::cout << "  the same request with " << shown << ": HTTP " << want << ", \"" << ErrorOf(*r) << "\"\n";
     return OkStatus();
   }
 

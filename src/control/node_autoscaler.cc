@@ -245,6 +245,17 @@ std::string NodeAutoscaler::FreeName() const {
   }
 }
 
+int64_t NodeAutoscaler::EndMove(Added& a, int64_t now) const {
+  a.consolidating_since_us = 0;
+  a.resumed = a.marked = false;
+  a.requeued.clear();
+  ++a.abandoned;
+  const int64_t wait = std::min(options_.max_backoff.count() * 1000,
+                                (options_.backoff.count() * 1000) << std::min(a.abandoned - 1, 20));
+  a.consolidate_retry_us = now + wait;
+  return wait;
+}
+
 void NodeAutoscaler::Turn() {
   if (options_.max_nodes <= 0) return;
   const int64_t now = clock_->NowMicros();
@@ -385,13 +396,7 @@ void NodeAutoscaler::Turn() {
       if (a.consolidating_since_us != 0 && a.marked && !consolidating.count(name)) {
         // An operator cordoned, uncordoned or drained it (CordonBy::kOperator drops the mark):
         // the move ends here, the node stays as the operator left it.
-        a.consolidating_since_us = 0;
-        a.resumed = a.marked = false;
-        a.requeued.clear();
-        ++a.abandoned;
-        const int64_t wait = std::min(options_.max_backoff.count() * 1000,
-                                      (options_.backoff.count() * 1000) << std::min(a.abandoned - 1, 20));
-        a.consolidate_retry_us = now + wait;
+        const int64_t wait = EndMove(a, now);
         to_release.push_back({name, fmt::format("an operator cordoned, uncordoned or drained it; not tried again for {} s",
                                                 wait / 1'000'000),
                               on_node[name]});
@@ -462,13 +467,7 @@ void NodeAutoscaler::Turn() {
       }
       if (why.empty() && options_.consolidate_below <= 0) why = "consolidation is off (--node-consolidate-below 0)";
       if (!why.empty()) {
-        a.consolidating_since_us = 0;
-        a.resumed = a.marked = false;
-        a.requeued.clear();
-        ++a.abandoned;
-        const int64_t wait = std::min(options_.max_backoff.count() * 1000,
-                                      (options_.backoff.count() * 1000) << std::min(a.abandoned - 1, 20));
-        a.consolidate_retry_us = now + wait;
+        const int64_t wait = EndMove(a, now);
         to_abandon.push_back({moving, why + fmt::format("; not tried again for {} s", wait / 1'000'000), here});
       } else {
         // Each turn: replicas not labelled yet (a write that failed, a move resumed after a

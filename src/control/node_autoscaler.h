@@ -186,6 +186,9 @@ class NodeAutoscaler {
   };
 
   std::string FreeName() const;
+  // Ends `a`'s move (abandoned, or taken over by an operator): not tried again for a back-off
+  // that doubles per move ended, up to max_backoff. Returns that wait in µs.
+  int64_t EndMove(Added& a, int64_t now) const;
 
   store::Store* store_;
   ControlPlane* control_;

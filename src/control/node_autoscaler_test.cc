@@ -149,6 +149,16 @@ class NodeAutoscalerTest : public ::testing::Test {
     na.Turn();
   }
 
+  // A server that began moving replica chat-1 off auto-0 (labelled for eviction, node marked),
+  // then stopped; the test goes on with a new NodeAutoscaler on the same store.
+  void MoveBeganThenServerStopped(const NodeAutoscalerOptions& o) {
+    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, o);
+    AddedNodeRunning(before, "chat-1", Gpus(1, 1), json{{kDeploymentLabel, "chat"}});
+    Turns(61, before, 1);
+    ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
+    ASSERT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "true");
+  }
+
   store::MemoryStore store_;
   FakeClock clock_{1'000'000'000};
   Metrics metrics_;
@@ -283,13 +293,7 @@ TEST_F(NodeAutoscalerTest, AnOperatorActingOnTheNodeEndsTheMove) {
 TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
   NodeAutoscalerOptions o{.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
                           .provision_timeout = std::chrono::seconds(900)};
-  {
-    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, o);
-    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
-    clock_.Advance(61'000'000);
-    before.Turn();
-    ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
-  }
+  ASSERT_NO_FATAL_FAILURE(MoveBeganThenServerStopped(o));
   // The server stops mid-move: the node stays cordoned with the replica labelled. The next one
   // carries the move on: the replica is replaced and the node powered off as consolidated.
   // Its label lost meanwhile (a write that failed): the resumed move labels it again.
@@ -310,12 +314,7 @@ TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
 // The operator took the node over while no server ran: the next server finds replicas labelled
 // for eviction on a node no longer being emptied, and takes the labels off.
 TEST_F(NodeAutoscalerTest, ARestartedServerClearsEvictionLabelsNoMoveStandsBehind) {
-  {
-    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
-    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
-    Turns(61, before, 1);
-    ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
-  }
+  ASSERT_NO_FATAL_FAILURE(MoveBeganThenServerStopped(kPool2));
   json n = *store_.Get({"Node", "", "auto-0"});
   n["metadata"]["labels"].erase(kConsolidatingLabel);
   ASSERT_TRUE(store_.Update(n, 0).ok());
@@ -357,11 +356,7 @@ TEST_F(NodeAutoscalerTest, ANameComingBackLosesAStaleMoveMark) {
 }
 
 TEST_F(NodeAutoscalerTest, AResumedMoveOfAnEmptyNodeWaitsATurnForItsCordon) {
-  {
-    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
-    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
-    Turns(61, before, 1);
-  }
+  ASSERT_NO_FATAL_FAILURE(MoveBeganThenServerStopped(kPool2));
   ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());  // moved while no server ran
   NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   after.Turn();
@@ -371,11 +366,7 @@ TEST_F(NodeAutoscalerTest, AResumedMoveOfAnEmptyNodeWaitsATurnForItsCordon) {
 }
 
 TEST_F(NodeAutoscalerTest, AResumedMoveIsAbandonedWhenConsolidationIsOff) {
-  {
-    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
-    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
-    Turns(61, before, 1);
-  }
+  ASSERT_NO_FATAL_FAILURE(MoveBeganThenServerStopped(kPool2));
   NodeAutoscalerOptions off = kPool2;
   off.consolidate_below = 0;
   NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, off);
@@ -387,12 +378,7 @@ TEST_F(NodeAutoscalerTest, AResumedMoveIsAbandonedWhenConsolidationIsOff) {
 TEST_F(NodeAutoscalerTest, AMoveARestartedServerCannotFinishIsAbandoned) {
   NodeAutoscalerOptions o{.max_nodes = 2, .pending_for = std::chrono::seconds(1), .unneeded_for = kOneMinute,
                           .provision_timeout = std::chrono::seconds(900)};
-  {
-    NodeAutoscaler before(&store_, nullptr, &clock_, &metrics_, &prov_, o);
-    AddedNodeRunning(before, "chat-1", Gpus(1, 1), kReplica);
-    clock_.Advance(61'000'000);
-    before.Turn();
-  }
+  ASSERT_NO_FATAL_FAILURE(MoveBeganThenServerStopped(o));
   NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, o);
   Turns(10, after, 95);  // nothing moves for 950 s
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "abandoned after --node-provision-timeout";

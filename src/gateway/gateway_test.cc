@@ -499,17 +499,26 @@ TEST(Gateway, AuthenticationAndModelRbac) {
   EXPECT_EQ(c.Send("GET", "/v1/models", "", {{"Authorization", "Bearer bad"}})->status, 401);
 }
 
+// StaticKeys whose checks are counted: how often the gateway authenticated.
+struct CountedKeys {
+  CountedKeys() { EXPECT_TRUE(keys.Add("key-a", {.key_id = "ka", .tenant = "ta"}).ok()); }
+  Authenticator Counted() {
+    return [this](std::string_view authorization) {
+      ++checks;
+      return keys.Authenticate(authorization);
+    };
+  }
+  StaticKeys keys;
+  std::atomic<int> checks{0};
+};
+
 TEST(Gateway, AKeptAliveConnectionReusesItsCallerForTheSameKeyWhileTheEpochHolds) {
   FakeEngine a;
-  StaticKeys keys;
-  ASSERT_TRUE(keys.Add("key-a", {.key_id = "ka", .tenant = "ta"}).ok());
+  CountedKeys counted;
+  StaticKeys& keys = counted.keys;
+  std::atomic<int>& checks = counted.checks;
   ASSERT_TRUE(keys.Add("key-b", {.key_id = "kb", .tenant = "tb"}).ok());
-  std::atomic<int> checks{0};
-  Authenticator counted = [&](std::string_view authorization) {
-    ++checks;
-    return keys.Authenticate(authorization);
-  };
-  Harness h({}, nullptr, counted, keys.AsEpoch());
+  Harness h({}, nullptr, counted.Counted(), keys.AsEpoch());
   ASSERT_TRUE(h.dir.Upsert(OneModel("model-a", "ta", {{"r", a.url(), true}})).ok());
 
   http::Client c(h.base);  // one kept-alive connection
@@ -550,16 +559,12 @@ TEST(Gateway, AKeptAliveConnectionReusesItsCallerForTheSameKeyWhileTheEpochHolds
 // connection's slot with it: the connection still remembers its caller.
 TEST(Gateway, AConnectionRemembersItsCallerAcrossRequestsHandedToWorkers) {
   FakeEngine a;
-  StaticKeys keys;
-  ASSERT_TRUE(keys.Add("key-a", {.key_id = "ka", .tenant = "ta"}).ok());
-  std::atomic<int> checks{0};
-  Authenticator counted = [&](std::string_view authorization) {
-    ++checks;
-    return keys.Authenticate(authorization);
-  };
+  CountedKeys counted;
+  StaticKeys& keys = counted.keys;
+  std::atomic<int>& checks = counted.checks;
   GatewayOptions o;
   o.fast_path = false;
-  Harness h(o, nullptr, counted, keys.AsEpoch());
+  Harness h(o, nullptr, counted.Counted(), keys.AsEpoch());
   ASSERT_TRUE(h.dir.Upsert(OneModel("model-a", "ta", {{"r", a.url(), true}})).ok());
   http::Client c(h.base);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
@@ -570,14 +575,10 @@ TEST(Gateway, AConnectionRemembersItsCallerAcrossRequestsHandedToWorkers) {
 
 TEST(Gateway, WithoutAnEpochEveryRequestIsAuthenticated) {
   FakeEngine a;
-  StaticKeys keys;
-  ASSERT_TRUE(keys.Add("key-a", {.key_id = "ka", .tenant = "ta"}).ok());
-  std::atomic<int> checks{0};
-  Authenticator counted = [&](std::string_view authorization) {
-    ++checks;
-    return keys.Authenticate(authorization);
-  };
-  Harness h({}, nullptr, counted);
+  CountedKeys counted;
+  StaticKeys& keys = counted.keys;
+  std::atomic<int>& checks = counted.checks;
+  Harness h({}, nullptr, counted.Counted());
   ASSERT_TRUE(h.dir.Upsert(OneModel("model-a", "ta", {{"r", a.url(), true}})).ok());
   http::Client c(h.base);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(h.Post("key-a", Harness::Chat("model-a"), &c)->status, 200);
