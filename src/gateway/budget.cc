@@ -160,7 +160,7 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
           e.period_s = l.budget_period_s;
           e.period_start = -1;  // force a roll to the configured period
         }
-        e.tenant = s.tenant;
+        if (e.tenant != s.tenant) e.tenant = s.tenant;
         e.budget_tokens = l.budget_tokens;
         e.budget_cost = l.budget_cost;
         RollLocked(e, now);
