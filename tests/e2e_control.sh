@@ -188,6 +188,20 @@ wait_until 5 disabled e2e-node-0 || { ok=0; note "e2e-node-0 not cordoned: $(ac 
 ac uncordon e2e-node-0 >/dev/null || ok=0
 wait_until 5 bash -c "! \"$bin\" get nodes 2>/dev/null | grep -q '^e2e-node-0 .*SchedulingDisabled'" ||
   { ok=0; note "e2e-node-0 still cordoned: $(ac get nodes 2>&1)"; }
+# Labels: set, refused without --overwrite, replaced with it, removed; a developer may not.
+node_label() { ac get nodes e2e-node-0 -o json | jq -r --arg k "$1" '.metadata.labels[$k] // ""'; }
+ac label nodes e2e-node-0 aicloud/do-not-disrupt=true >/dev/null || { ok=0; note "label failed"; }
+[ "$(node_label aicloud/do-not-disrupt)" = true ] || { ok=0; note "label not set: $(node_label aicloud/do-not-disrupt)"; }
+err=$(ac label nodes e2e-node-0 aicloud/do-not-disrupt=false 2>&1); rc=$?
+{ [ $rc -ne 0 ] && grep -q -- "--overwrite" <<<"$err"; } || { ok=0; note "relabel without --overwrite rc=$rc: $err"; }
+ac label nodes e2e-node-0 aicloud/do-not-disrupt=false --overwrite >/dev/null || ok=0
+[ "$(node_label aicloud/do-not-disrupt)" = false ] || { ok=0; note "label not replaced"; }
+err=$(as "$alice" label nodes e2e-node-0 aicloud/do-not-disrupt- 2>&1); rc=$?
+{ [ $rc -ne 0 ] && grep -qiE "permission|forbidden|403" <<<"$err"; } || { ok=0; note "alice label rc=$rc: $err"; }
+ac label nodes e2e-node-0 aicloud/do-not-disrupt- >/dev/null || ok=0
+[ -z "$(node_label aicloud/do-not-disrupt)" ] || { ok=0; note "label not removed"; }
+err=$(ac label nodes e2e-node-0 novalue 2>&1); rc=$?
+{ [ $rc -ne 0 ] && grep -q "KEY=VALUE" <<<"$err"; } || { ok=0; note "bad label argument rc=$rc: $err"; }
 # Drain a node that runs a job: the job moves to the other node without using a retry.
 render "$data/job-sleep.yaml" drained "63.$tag" | as "$alice" apply -f - -t a >/dev/null
 wait_until 20 phase_is drained Running || { ok=0; note "drained not Running: $(job_json drained | jq -c .status)"; }

@@ -1,4 +1,4 @@
-// Client verbs of `aicloud`: login, apply, get, describe, delete, rollout, logs, cancel, cordon,
+// Client verbs of `aicloud`: login, apply, get, describe, delete, label, rollout, logs, cancel, cordon,
 // uncordon, drain, usage, audit, key, whoami. They speak the REST API (docs/api.md) with the credentials
 // saved by `aicloud login` (or `aicloud up`) in $AICLOUD_CONFIG, default ~/.aicloud/config.json.
 #include <yaml-cpp/yaml.h>
@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -366,6 +368,60 @@ int Simple(const ClientFlags& f, const std::string& method, const std::string& t
   return 0;
 }
 
+// `aicloud label KIND NAME KEY=VALUE... KEY-...`: reads the object, changes its labels, writes it
+// back at the version read (a concurrent write makes it read and try again).
+int Label(const ClientFlags& f, const std::string& what, const std::string& name,
+          const std::vector<std::string>& changes, bool overwrite) {
+  std::map<std::string, std::optional<std::string>> want;  // nullopt: remove
+  for (const std::string& c : changes) {
+    const size_t eq = c.find('=');
+    if (eq == std::string::npos && c.size() > 1 && c.back() == '-') {
+      want[c.substr(0, c.size() - 1)] = std::nullopt;
+    } else if (eq != std::string::npos && eq > 0) {
+      want[c.substr(0, eq)] = c.substr(eq + 1);
+    } else {
+      return Fail(InvalidArgumentError("label \"" + c + "\": expected KEY=VALUE to set or KEY- to remove"));
+    }
+  }
+  if (want.empty()) return Fail(InvalidArgumentError("no labels given: KEY=VALUE to set, KEY- to remove"));
+  StatusOr<Conn> c = Connect(f);
+  if (!c.ok()) return Fail(c.status());
+  const control::KindInfo* k = control::FindKindLoose(what);
+  if (k == nullptr) return Fail(InvalidArgumentError("unknown resource type \"" + what + "\""));
+  const std::string path = Path(*k, c->tenant, name);
+  for (int tries = 0;; ++tries) {
+    StatusOr<json> cur = Call(*c, "GET", path);
+    if (!cur.ok()) return Fail(cur.status());
+    json o = *cur;
+    json& labels = o["metadata"]["labels"];
+    if (!labels.is_object()) labels = json::object();
+    bool changed = false;
+    for (const auto& [key, value] : want) {
+      if (!value) {
+        changed |= labels.erase(key) > 0;
+        continue;
+      }
+      if (labels.contains(key) && labels[key] != *value && !overwrite) {
+        return Fail(InvalidArgumentError("label " + key + " is already \"" + labels[key].get<std::string>() +
+                                         "\" on " + std::string(k->kind) + " " + name + "; --overwrite replaces it"));
+      }
+      changed |= !labels.contains(key) || labels[key] != *value;
+      labels[key] = *value;
+    }
+    if (!changed) {
+      std::cout << k->plural << "/" << name << " not labelled (no change)\n";
+      return 0;
+    }
+    if (labels.empty()) o["metadata"].erase("labels");
+    StatusOr<json> w = Call(*c, "PUT", path, o.dump());
+    if (w.ok()) {
+      std::cout << k->plural << "/" << name << " labelled\n";
+      return 0;
+    }
+    if (w.status().code() != StatusCode::kAborted || tries >= 4) return Fail(w.status());
+  }
+}
+
 int Logs(const ClientFlags& f, const std::string& job, int worker, bool follow) {
   StatusOr<Conn> c = Connect(f);
   if (!c.ok()) return Fail(c.status());
@@ -605,6 +661,17 @@ void AddClient(CLI::App& app, int* exit_code) {
                           "node/" + *name + (v == "drain" ? " drained" : v == "cordon" ? " cordoned" : " uncordoned"));
     });
   }
+
+  auto label_changes = std::make_shared<std::vector<std::string>>();
+  auto overwrite = std::make_shared<bool>(false);
+  auto* label = app.add_subcommand(
+      "label", "Set (KEY=VALUE) or remove (KEY-) labels of an object, e.g. `aicloud label node gpu-7 aicloud/do-not-disrupt=true`");
+  label->add_option("kind", *what, "resource type (nodes, jobs, deployments, ...)")->required();
+  label->add_option("name", *name, "object name")->required();
+  label->add_option("labels", *label_changes, "KEY=VALUE to set, KEY- to remove")->required();
+  label->add_flag("--overwrite", *overwrite, "replace a label that already has another value");
+  AddConnFlags(label, flags.get());
+  label->callback([=] { *exit_code = Label(*flags, *what, *name, *label_changes, *overwrite); });
 
   auto since = std::make_shared<std::string>("7d");
   auto* usage = app.add_subcommand("usage", "GPU-seconds, CPU-seconds and cost per tenant and queue");

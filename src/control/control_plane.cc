@@ -1076,6 +1076,10 @@ Status ControlPlane::Cordon(const std::string& node, bool cordon, CordonBy by) {
     if (by == CordonBy::kMarked && !marked) {
       return FailedPreconditionError("Node " + node + " is no longer being emptied (an operator cordoned, uncordoned or drained it)");
     }
+    const bool autoscaler_cordon = cordon && (by == CordonBy::kMove || by == CordonBy::kMarked || by == CordonBy::kUnneeded);
+    if (autoscaler_cordon && labels.value(kDoNotDisruptLabel, "") == "true") {
+      return FailedPreconditionError("Node " + node + " is labelled " + kDoNotDisruptLabel + "=true");
+    }
     if (by == CordonBy::kOperator || (by == CordonBy::kMarked && !cordon)) labels.erase(kConsolidatingLabel);
     if (by == CordonBy::kMove) labels[kConsolidatingLabel] = "true";
     if (labels.empty()) (*cur)["metadata"].erase("labels");

@@ -104,7 +104,11 @@ class ControlPlane {
     kMove,      // the autoscaler beginning a move: cordons and marks
     kMarked,    // the autoscaler carrying on (cordon) or giving up (uncordon, mark dropped) a move:
                 // only while the mark is there, else FAILED_PRECONDITION (an operator took over)
+    kUnneeded,  // the autoscaler scaling an empty node it added down
   };
+  // The autoscaler's cordons (kMove, kMarked with cordon = true, kUnneeded) are refused with
+  // FAILED_PRECONDITION while the Node is labelled aicloud/do-not-disrupt=true; its uncordons and
+  // an operator's writes are not.
   Status Cordon(const std::string& node, bool cordon, CordonBy by = CordonBy::kAny);
   // Cordons and ends every attempt on the node (requeued without using a retry).
   Status Drain(const std::string& node, CordonBy by = CordonBy::kAny);

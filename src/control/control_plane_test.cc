@@ -277,6 +277,34 @@ TEST_F(ControlPlaneTest, AnOperatorsCordonDropsTheConsolidationMark) {
   EXPECT_FALSE((*store_.Get({"Node", "", "a"}))["spec"]["unschedulable"].get<bool>());
 }
 
+TEST_F(ControlPlaneTest, TheAutoscalersCordonsAreRefusedOnANodeLabelledDoNotDisrupt) {
+  Register("a", 1);
+  auto label = [&](const char* key, bool on) {
+    json n = *store_.Get({"Node", "", "a"});
+    if (on) n["metadata"]["labels"][key] = "true";
+    else if (n["metadata"].contains("labels")) n["metadata"]["labels"].erase(key);
+    ASSERT_TRUE(store_.Update(n, 0).ok());
+  };
+  auto cordoned = [&] { return (*store_.Get({"Node", "", "a"}))["spec"].value("unschedulable", false); };
+  label(kDoNotDisruptLabel, true);
+  Status s = cp_->Cordon("a", true, ControlPlane::CordonBy::kUnneeded);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("aicloud/do-not-disrupt=true"), std::string::npos) << s.message();
+  EXPECT_EQ(cp_->Cordon("a", true, ControlPlane::CordonBy::kMove).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(cordoned());
+  label(kConsolidatingLabel, true);  // a move that began before the label
+  EXPECT_EQ(cp_->Cordon("a", true, ControlPlane::CordonBy::kMarked).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(cordoned());
+  // Giving the move up, and the operator's own cordon, still work.
+  ASSERT_TRUE(cp_->Cordon("a", false, ControlPlane::CordonBy::kMarked).ok());
+  ASSERT_TRUE(cp_->Cordon("a", true, ControlPlane::CordonBy::kOperator).ok());
+  EXPECT_TRUE(cordoned());
+  ASSERT_TRUE(cp_->Cordon("a", false, ControlPlane::CordonBy::kOperator).ok());
+  label(kDoNotDisruptLabel, false);
+  ASSERT_TRUE(cp_->Cordon("a", true, ControlPlane::CordonBy::kUnneeded).ok());
+  EXPECT_TRUE(cordoned());
+}
+
 TEST_F(ControlPlaneTest, DrainRequeuesWithoutUsingARetry) {
   std::string e1 = Register("a", 1);
   Submit("j", {{"command", "x"}});

@@ -91,12 +91,12 @@ Status SetLabel(store::Store* store, const store::ObjectKey& which, const char* 
   return AbortedError(which.ToString() + ": too many concurrent writers");
 }
 
-// Whether the Node carries the consolidation mark.
-bool NodeMarked(store::Store* store, const std::string& node) {
+// Whether the Node carries label `key` = "true" (the consolidation mark, do-not-disrupt).
+bool NodeLabelled(store::Store* store, const std::string& node, const char* key) {
   StatusOr<json> n = store->Get({"Node", "", node});
   if (!n.ok()) return false;
   const json labels = n->value("metadata", json::object()).value("labels", json::object());
-  return labels.is_object() && labels.value(kConsolidatingLabel, "") == "true";
+  return labels.is_object() && labels.value(key, "") == "true";
 }
 
 // Quotes a word for /bin/sh.
@@ -274,6 +274,7 @@ void NodeAutoscaler::Turn() {
   // Which nodes are Ready, which are busy, which did we add.
   std::map<std::string, bool> ready;
   std::set<std::string> labelled, consolidating;  // ours; being emptied (as stored)
+  std::set<std::string> keep;  // labelled do-not-disrupt by an operator
   std::map<std::string, Room> free;      // Ready, schedulable nodes: capacity, then minus what runs there
   std::map<std::string, Room> capacity;  // Ready nodes' capacity
   for (const json& n : nodes->items) {
@@ -297,6 +298,7 @@ void NodeAutoscaler::Turn() {
     const json labels = n["metadata"].value("labels", json::object());
     if (labels.is_object() && labels.value(kAutoscaledLabel, "") == "true") labelled.insert(name);
     if (labels.is_object() && labels.value(kConsolidatingLabel, "") == "true") consolidating.insert(name);
+    if (labels.is_object() && labels.value(kDoNotDisruptLabel, "") == "true") keep.insert(name);
   }
   std::set<std::string> busy;
   std::map<std::string, std::vector<Resident>> on_node;  // the jobs with workers on each node
@@ -404,8 +406,18 @@ void NodeAutoscaler::Turn() {
         continue;
       }
       if (a.consolidating_since_us != 0) {  // being emptied (step 3): gone once empty
+        if (keep.count(name)) continue;  // step 3 abandons the move
         // (A resumed move cordons again first: the node goes a turn later at the earliest.)
         if (a.registered && ready[name] && !busy.count(name) && !a.resumed) off_reasons.emplace_back(name, "consolidated");
+        continue;
+      }
+      if (keep.count(name)) {  // an operator keeps it: a scale-down that began is undone
+        if (a.cordoned) {
+          spdlog::info("node autoscaler: {} is labelled {}=true: kept, uncordoned", name, kDoNotDisruptLabel);
+          to_uncordon.push_back(name);
+          a.cordoned = false;
+        }
+        a.idle_since_us = 0;
         continue;
       }
       if (!a.registered || !ready[name] || busy.count(name)) {
@@ -452,7 +464,9 @@ void NodeAutoscaler::Turn() {
       Added& a = added_[moving];
       const std::vector<Resident>& here = on_node[moving];
       std::string why;
+      if (keep.count(moving)) why = std::string("an operator labelled it ") + kDoNotDisruptLabel + "=true";
       for (const Pending& p : pending) {
+        if (!why.empty()) break;
         auto w = waiting_.find(p.key);
         if (w != waiting_.end() && now - w->second.since_us >= options_.pending_for.count() * 1000) {
           why = "job " + p.key + " has found no room meanwhile";
@@ -499,7 +513,8 @@ void NodeAutoscaler::Turn() {
       for (auto& [name, a] : added_) {
         double use = 1;
         bool candidate = false;
-        if (a.registered && ready[name] && busy.count(name) && free.count(name) && now >= a.consolidate_retry_us) {
+        if (a.registered && ready[name] && busy.count(name) && free.count(name) && !keep.count(name) &&
+            now >= a.consolidate_retry_us) {
           const Room& cap = capacity[name];
           int64_t g = 0, c = 0, m = 0;
           bool movable = true;
@@ -609,9 +624,15 @@ void NodeAutoscaler::Turn() {
   }
 
   for (const std::string& name : to_cordon) {
-    Status c = control_ != nullptr ? control_->Cordon(name, true) : OkStatus();
+    Status c = control_ != nullptr ? control_->Cordon(name, true, ControlPlane::CordonBy::kUnneeded) : OkStatus();
     if (c.ok()) {
       spdlog::info("node autoscaler: {} unneeded: cordoned, powered off next turn if still empty", name);
+      continue;
+    }
+    if (c.code() == StatusCode::kFailedPrecondition) {  // labelled do-not-disrupt since this turn read it
+      spdlog::info("node autoscaler: {} unneeded, but kept: {}", name, std::string(c.message()));
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = added_.find(name); it != added_.end()) it->second.cordoned = false;
       continue;
     }
     // Not cordoned: the scheduler may still place work there, so it must not go next turn.
@@ -706,19 +727,34 @@ void NodeAutoscaler::Turn() {
     if (consolidations_ != nullptr) consolidations_->Inc({"abandoned"});
   }
   for (const auto& [name, reason] : off_reasons) {
-    // An emptied node goes only while it is still marked: an operator may have taken it over
-    // since this turn read the Nodes.
-    Status c = reason != "consolidated"  ? (control_ != nullptr ? control_->Cordon(name, true) : OkStatus())
-               : control_ != nullptr ? control_->Cordon(name, true, ControlPlane::CordonBy::kMarked)
-               : NodeMarked(store_, name) ? OkStatus()
-                                          : FailedPreconditionError("Node " + name + " is no longer being emptied");
-    if (reason == "consolidated" && c.code() == StatusCode::kFailedPrecondition) {
+    // An emptied node goes only while it is still marked, and an unneeded or emptied one only
+    // while it is not labelled do-not-disrupt: an operator may have written either since this
+    // turn read the Nodes. (A node lost or never registered goes regardless.)
+    const bool voluntary = reason == "consolidated" || reason == "unneeded";
+    const ControlPlane::CordonBy by = reason == "consolidated" ? ControlPlane::CordonBy::kMarked
+                                      : reason == "unneeded"   ? ControlPlane::CordonBy::kUnneeded
+                                                               : ControlPlane::CordonBy::kAny;
+    Status c = control_ != nullptr ? control_->Cordon(name, true, by)
+               : voluntary && NodeLabelled(store_, name, kDoNotDisruptLabel)
+                   ? FailedPreconditionError("Node " + name + " is labelled " + kDoNotDisruptLabel + "=true")
+               : reason == "consolidated" && !NodeLabelled(store_, name, kConsolidatingLabel)
+                   ? FailedPreconditionError("Node " + name + " is no longer being emptied")
+                   : OkStatus();
+    if (voluntary && c.code() == StatusCode::kFailedPrecondition) {
       spdlog::info("node autoscaler: {} not powered off: {}", name, std::string(c.message()));
+      const bool kept = NodeLabelled(store_, name, kDoNotDisruptLabel);
+      const bool marked = reason == "consolidated" && NodeLabelled(store_, name, kConsolidatingLabel);
       std::lock_guard<std::mutex> l(mu_);
       released_.erase(name);
-      added_[name] = {.powered_on_us = now, .registered = true, .consolidate_retry_us = now + options_.backoff.count() * 1000,
-                      .abandoned = 1};
-      if (consolidations_ != nullptr) consolidations_->Inc({"taken_over"});
+      if (reason == "unneeded") {  // the next turn sees the label and uncordons it
+        added_[name] = {.powered_on_us = now, .registered = true, .cordoned = true};
+      } else if (kept && marked) {  // still a move of ours: the next turn abandons it (uncordon, unmark)
+        added_[name] = {.powered_on_us = now, .registered = true, .consolidating_since_us = now, .marked = true};
+      } else {  // an operator took it over
+        added_[name] = {.powered_on_us = now, .registered = true,
+                        .consolidate_retry_us = now + options_.backoff.count() * 1000, .abandoned = 1};
+        if (consolidations_ != nullptr) consolidations_->Inc({"taken_over"});
+      }
       continue;
     }
     if (!c.ok() && c.code() != StatusCode::kNotFound) spdlog::warn("node autoscaler: cordon {}: {}", name, std::string(c.message()));

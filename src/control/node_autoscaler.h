@@ -45,6 +45,10 @@
 //    mark (ControlPlane::CordonBy::kOperator): the move ends without touching the cordon or
 //    powering the node off as consolidated. A node counts as underused only while no job waits
 //    for room, no node is being provisioned and nothing else is being emptied.
+// A node an operator labelled aicloud/do-not-disrupt=true is neither scaled down nor emptied: a
+// move on it is abandoned, a scale-down whose cordon was written is undone. The cordon before a
+// power-off reads the label (and the mark) in the same write, so one written while a turn runs
+// still counts. A node lost (NotReady for provision_timeout) is released regardless.
 // A powered-off node's name is reused only once its Node is no longer Ready (its last heartbeat
 // ages out), so the old machine's Node object is never taken for the new one registering.
 // The nodes it added carry the label aicloud/autoscaled=true on their Node object, so a
@@ -77,6 +81,10 @@ inline constexpr char kAutoscaledLabel[] = "aicloud/autoscaled";
 inline constexpr char kSafeToEvictLabel[] = "aicloud/safe-to-evict";
 // On a Node being emptied by consolidation, so a restarted server carries the move on.
 inline constexpr char kConsolidatingLabel[] = "aicloud/consolidating";
+// An operator's "true" on a Node keeps the autoscaler from scaling it down or emptying it (as
+// Karpenter's karpenter.sh/do-not-disrupt): a move in progress is abandoned, a scale-down that
+// began is undone.
+inline constexpr char kDoNotDisruptLabel[] = "aicloud/do-not-disrupt";
 
 // The capacity one new node brings.
 struct NodeShape {

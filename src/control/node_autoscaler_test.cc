@@ -5,9 +5,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include <unistd.h>
 
@@ -68,6 +70,30 @@ class FakeProvisioner : public NodeProvisioner {
   store::Store* store_;
 };
 
+// A store that runs `hook` once, just after a turn has read the Nodes (at its listing of the
+// Jobs): an operator's write landing between what a turn read and what it writes.
+class HookedStore final : public store::Store {
+ public:
+  explicit HookedStore(store::Store* inner) : inner_(inner) {}
+  StatusOr<json> Get(const store::ObjectKey& key) override { return inner_->Get(key); }
+  StatusOr<std::vector<json>> Commit(std::vector<store::WriteOp> ops) override { return inner_->Commit(std::move(ops)); }
+  StatusOr<store::ListResult> List(const store::ListOptions& options) override {
+    if (options.kind == "Job" && hook) std::exchange(hook, nullptr)();
+    return inner_->List(options);
+  }
+  StatusOr<store::ChangesResult> Changes(const std::string& kind, int64_t after, int max) override {
+    return inner_->Changes(kind, after, max);
+  }
+  int64_t Revision() override { return inner_->Revision(); }
+  int64_t WaitForRevision(int64_t after, std::chrono::milliseconds timeout) override {
+    return inner_->WaitForRevision(after, timeout);
+  }
+  std::function<void()> hook;
+
+ private:
+  store::Store* inner_;
+};
+
 class NodeAutoscalerTest : public ::testing::Test {
  protected:
   void Job(const std::string& name, json spec, const std::string& phase, const std::string& reason = "",
@@ -116,6 +142,12 @@ class NodeAutoscalerTest : public ::testing::Test {
     if (!n.ok()) return "(no node)";
     json l = n->at("metadata").value("labels", json::object());
     return l.is_object() ? l.value(key, "") : "";
+  }
+  void SetNodeLabel(const std::string& node, const char* key, bool on) {
+    json n = *store_.Get({"Node", "", node});
+    if (on) n["metadata"]["labels"][key] = "true";
+    else if (n["metadata"].contains("labels")) n["metadata"]["labels"].erase(key);
+    ASSERT_TRUE(store_.Update(n, 0).ok());
   }
   std::string LabelOf(const std::string& job, const char* key, const std::string& tenant = "t") {
     StatusOr<json> j = store_.Get({"Job", tenant, job});
@@ -288,6 +320,102 @@ TEST_F(NodeAutoscalerTest, AnOperatorActingOnTheNodeEndsTheMove) {
   EXPECT_TRUE(prov_.off.empty()) << "not powered off as consolidated";
   EXPECT_EQ(Consolidations("started"), 1);
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
+}
+
+TEST_F(NodeAutoscalerTest, AMoveOnANodeLabelledDoNotDisruptIsAbandoned) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  Turns(61, na, 1);
+  ASSERT_EQ(LabelOf("chat-1", kEvictLabel), "true");
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, true);
+  Turns(2, na, 1);
+  EXPECT_EQ(Consolidations("abandoned"), 1);
+  EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "") << "the replica stays";
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());  // empty now, but kept
+  Turns(30, na, 6);
+  EXPECT_TRUE(prov_.off.empty());
+}
+
+TEST_F(NodeAutoscalerTest, ANodeLabelledDoNotDisruptIsNotEmptied) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, true);
+  ExpectNothingMoves(na, "chat-1");
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, false);
+  Turns(10, na, 7);
+  EXPECT_EQ(Consolidations("started"), 1) << "underused for 60 s once the label went";
+}
+
+// An operator keeps an empty node the autoscaler added: not scaled down while labelled, even
+// when the label comes after the scale-down's cordon; once it goes, the node idles its 60 s
+// again and goes.
+TEST_F(NodeAutoscalerTest, AnEmptyNodeLabelledDoNotDisruptIsKeptUntilTheLabelGoes) {
+  NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  Job("j", Gpus(1, 8), "Pending", "Unschedulable");
+  TwoTurns(na);
+  ASSERT_EQ(prov_.on, std::vector<std::string>{"auto-0"});
+  prov_.RegisterWithGpus("auto-0", 8);
+  Job("j", Gpus(1, 8), "Succeeded");
+  na.Turn();  // registered, idle from now
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, true);
+  Turns(30, na, 6);
+  EXPECT_TRUE(prov_.off.empty());
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, false);
+  Turns(31, na, 2);  // unneeded after 60 s: the scale-down's cordon
+  ASSERT_TRUE(prov_.off.empty());
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, true);  // before the power-off's turn
+  Turns(2, na, 1);
+  EXPECT_TRUE(prov_.off.empty()) << "the label came after the cordon";
+  Turns(30, na, 4);
+  EXPECT_TRUE(prov_.off.empty());
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, false);
+  Turns(30, na, 2);
+  EXPECT_TRUE(prov_.off.empty()) << "idle for the full 60 s again first";
+  Turns(30, na, 2);
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+}
+
+// The power-off's own write checks again: a label written after the turn read the Nodes keeps
+// an unneeded node on, and an emptied one too (its move then abandoned).
+TEST_F(NodeAutoscalerTest, ALabelWrittenWhileATurnRunsStillKeepsTheNode) {
+  HookedStore hooked(&store_);
+  NodeAutoscaler na(&hooked, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  Turns(61, na, 1);
+  ASSERT_EQ(Consolidations("started"), 1);
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());  // replaced elsewhere: empty
+  hooked.hook = [&] { SetNodeLabel("auto-0", kDoNotDisruptLabel, true); };
+  Turns(2, na, 1);  // read it empty and marked: powers it off, unless the write refuses
+  EXPECT_TRUE(prov_.off.empty());
+  Turns(2, na, 1);
+  EXPECT_EQ(Consolidations("abandoned"), 1);
+  EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
+  // Unneeded: idle 60 s, cordoned; the label comes during the power-off's turn.
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, false);
+  Turns(31, na, 2);
+  ASSERT_TRUE(prov_.off.empty());
+  hooked.hook = [&] { SetNodeLabel("auto-0", kDoNotDisruptLabel, true); };
+  Turns(2, na, 1);
+  EXPECT_TRUE(prov_.off.empty());
+  Turns(30, na, 4);
+  EXPECT_TRUE(prov_.off.empty());
+  EXPECT_EQ(na.active(), 1);
+}
+
+// An operator's cordon (dropping the mark) lands between the turn's read of the Nodes and the
+// power-off of the node it emptied: the node stays on, and is not moved again for the back-off.
+TEST_F(NodeAutoscalerTest, AnOperatorsCordonWhileATurnRunsStopsThePowerOff) {
+  HookedStore hooked(&store_);
+  NodeAutoscaler na(&hooked, nullptr, &clock_, &metrics_, &prov_, kPool2);
+  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
+  Turns(61, na, 1);
+  ASSERT_EQ(Consolidations("started"), 1);
+  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());
+  hooked.hook = [&] { SetNodeLabel("auto-0", kConsolidatingLabel, false); };
+  Turns(2, na, 1);
+  EXPECT_TRUE(prov_.off.empty());
+  EXPECT_EQ(Consolidations("taken_over"), 1);
 }
 
 TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
