@@ -249,6 +249,7 @@ Status ControlPlane::Start() {
       sched::Scheduler::Create(&cluster_, *profile, sched::Registry::BuiltIn(), so);
   if (!s.ok()) return s.status();
   scheduler_ = std::move(*s);
+  profile_ = *profile;
 
   std::lock_guard<std::mutex> l(mu_);
   start_us_ = clock_->NowMicros();
@@ -1108,6 +1109,58 @@ Status ControlPlane::Drain(const std::string& node, CordonBy by) {
   }
   RequestTurn();
   return OkStatus();
+}
+
+std::string ControlPlane::WhatIfEmptied(const std::string& node, const std::vector<std::string>& excluded,
+                                        const std::vector<std::pair<std::string, std::string>>& jobs) {
+  std::lock_guard<std::mutex> l(mu_);
+  ApplyStoreChanges();
+  cluster::Cluster copy = cluster_;
+  auto take_nothing = [&](const std::string& name) {
+    const int32_t id = copy.FindNode(name);
+    if (id < 0) return;
+    copy.node(id).unschedulable = true;
+    copy.Touch(id);
+  };
+  take_nothing(node);
+  for (const std::string& n : excluded) take_nothing(n);
+  std::vector<const Job*> moving;
+  for (const auto& [tenant, name] : jobs) {
+    auto it = jobs_.find(Key(tenant, name));
+    if (it == jobs_.end() || !it->second.spec) return "job " + tenant + "/" + name + " is not known to the scheduler";
+    moving.push_back(&it->second);
+    for (const Worker& w : it->second.workers) {
+      if (w.uid != 0) copy.Release(w.alloc);  // uid 0: released already
+    }
+  }
+  sched::SchedulerOptions so;
+  so.tie_break = sched::SchedulerOptions::TieBreak::kFirst;
+  StatusOr<std::unique_ptr<sched::Scheduler>> what_if =
+      sched::Scheduler::Create(&copy, profile_, sched::Registry::BuiltIn(), so);
+  if (!what_if.ok()) return "the scheduler's what-if: " + std::string(what_if.status().message());
+  int64_t uid = 1;
+  for (const Job* j : moving) {
+    const JobSpec& spec = *j->spec;
+    std::vector<sched::PodRequest> pods;
+    for (int i = 0; i < spec.workers; ++i) {
+      sched::PodRequest p = WorkerRequest(spec, j->tenant, j->name, i);
+      p.uid = uid++;
+      for (const std::string& m : spec.gpu_models) p.gpu_models.push_back(copy.InternModel(m));
+      pods.push_back(std::move(p));
+    }
+    std::string reason;
+    if (pods.size() == 1) {
+      sched::ScheduleResult r = (*what_if)->ScheduleOne(pods[0]);
+      if (r.placed) continue;
+      reason = r.reason;
+    } else {
+      sched::GangResult g = (*what_if)->ScheduleGang(pods);
+      if (g.placed) continue;
+      reason = g.reason;
+    }
+    return "job " + j->tenant + "/" + j->name + " would not fit elsewhere: " + reason;
+  }
+  return "";
 }
 
 Status ControlPlane::EvictJob(const std::string& tenant, const std::string& name, const std::string& node) {

@@ -115,6 +115,14 @@ class ControlPlane {
   // Ends the job's attempt if a worker of it runs on `node` (requeued without using a retry, as
   // a drain does); nothing else on the node is touched. FAILED_PRECONDITION when it does not.
   Status EvictJob(const std::string& tenant, const std::string& name, const std::string& node);
+  // Whether the scheduler could place `jobs` (tenant, name) elsewhere were `node` emptied: on a
+  // copy of the live cluster in which `node` and `excluded` take nothing, every worker of each
+  // job, wherever it runs now, is freed and placed again with this server's profile (all MIG,
+  // NVLink, GPU model, lane and taint rules), the jobs one after another. "" when all fit, else
+  // which job does not and the scheduler's reason. The copy has no placed pods, so nothing is
+  // preempted for them; quota is not checked again (the jobs were admitted).
+  std::string WhatIfEmptied(const std::string& node, const std::vector<std::string>& excluded,
+                            const std::vector<std::pair<std::string, std::string>>& jobs);
   // Runtime facts of nodes kept in memory (heartbeat age, readiness, metrics): name → object.
   json NodeRuntime();
   // GPUs in use by a tenant's scheduled/running jobs (for hard quota admission).
@@ -219,6 +227,7 @@ class ControlPlane {
 
   cluster::Cluster cluster_;
   std::unique_ptr<sched::Scheduler> scheduler_;
+  sched::Profile profile_;  // scheduler_'s, for what-if copies
   std::map<std::string, Job> jobs_;    // "tenant/name"
   std::map<std::string, Node> nodes_;  // name
   std::map<std::string, std::string> attempt_job_;  // attempt → job key

@@ -305,6 +305,29 @@ TEST_F(ControlPlaneTest, TheAutoscalersCordonsAreRefusedOnANodeLabelledDoNotDisr
   EXPECT_TRUE(cordoned());
 }
 
+TEST_F(ControlPlaneTest, WhatIfEmptiedPlacesTheJobsOnTheOtherNodes) {
+  Register("a", 2);
+  Submit("j", {{"command", "x"}, {"resources", {{"gpu", {{"count", 2}}}}}});
+  ASSERT_EQ(JobNow("j")["status"]["workers"][0]["node"], "a");
+  EXPECT_NE(cp_->WhatIfEmptied("a", {}, {{"nlp", "j"}}).find("job nlp/j would not fit elsewhere"), std::string::npos)
+      << "no other node";
+  Register("b", 1);
+  EXPECT_NE(cp_->WhatIfEmptied("a", {}, {{"nlp", "j"}}), "") << "b has one GPU, j needs two";
+  Register("c", 2);
+  EXPECT_EQ(cp_->WhatIfEmptied("a", {}, {{"nlp", "j"}}), "");
+  EXPECT_NE(cp_->WhatIfEmptied("a", {"c"}, {{"nlp", "j"}}), "") << "c excluded";
+  EXPECT_NE(cp_->WhatIfEmptied("a", {}, {{"nlp", "nope"}}).find("not known"), std::string::npos);
+  // Two jobs must fit together: each alone fits on c, both do not.
+  Submit("k", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  ASSERT_EQ(JobNow("k")["status"]["workers"][0]["node"], "b");
+  EXPECT_EQ(cp_->WhatIfEmptied("b", {}, {{"nlp", "k"}}), "");
+  EXPECT_NE(cp_->WhatIfEmptied("a", {"b"}, {{"nlp", "j"}, {"nlp", "k"}}), "");
+  // The live cluster is untouched: j still runs on a, and c still has room for a new job.
+  EXPECT_EQ(JobNow("j")["status"]["workers"][0]["node"], "a");
+  Submit("l", {{"command", "x"}, {"resources", {{"gpu", {{"count", 2}}}}}});
+  EXPECT_EQ(JobNow("l")["status"]["workers"][0]["node"], "c");
+}
+
 TEST_F(ControlPlaneTest, DrainRequeuesWithoutUsingARetry) {
   std::string e1 = Register("a", 1);
   Submit("j", {{"command", "x"}});

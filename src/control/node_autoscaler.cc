@@ -508,8 +508,7 @@ void NodeAutoscaler::Turn() {
       for (const auto& [name, a] : added_) {
         if (!busy.count(name) || a.cordoned) stays.erase(name);
       }
-      std::string best;
-      double best_use = 2;
+      std::vector<std::pair<double, std::string>> ripe;  // (use, node): underused for unneeded_for
       for (auto& [name, a] : added_) {
         double use = 1;
         bool candidate = false;
@@ -535,10 +534,32 @@ void NodeAutoscaler::Turn() {
           continue;
         }
         if (a.underused_since_us == 0) a.underused_since_us = now;
-        if (now - a.underused_since_us >= options_.unneeded_for.count() * 1000 && use < best_use) {
+        if (now - a.underused_since_us >= options_.unneeded_for.count() * 1000) ripe.emplace_back(use, name);
+      }
+      // The emptiest first whose work the scheduler itself could place elsewhere (the coarse
+      // check above knows neither MIG, NVLink nor tolerations). One that could not is underused
+      // afresh: asked again after another unneeded_for.
+      std::sort(ripe.begin(), ripe.end());
+      std::string best;
+      double best_use = 2;
+      for (const auto& [use, name] : ripe) {
+        std::string why;
+        if (control_ != nullptr) {
+          std::vector<std::string> excluded;
+          for (const auto& [other, b] : added_) {
+            if (other != name && (!busy.count(other) || b.cordoned)) excluded.push_back(other);
+          }
+          std::vector<std::pair<std::string, std::string>> residents;
+          for (const Resident& r : on_node[name]) residents.emplace_back(r.tenant, r.name);
+          why = control_->WhatIfEmptied(name, excluded, residents);
+        }
+        if (why.empty()) {
           best = name;
           best_use = use;
+          break;
         }
+        spdlog::info("node autoscaler: {} is underused ({:.0f}%) but not emptied: {}", name, use * 100, why);
+        added_[name].underused_since_us = 0;
       }
       if (!best.empty()) {
         Added& a = added_[best];

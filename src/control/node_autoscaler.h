@@ -39,8 +39,11 @@
 //    abandons the move. It is abandoned too (node uncordoned, labels taken off, not tried again
 //    for `backoff`, doubling per abandon up to `max_backoff`) when a job has waited
 //    `pending_for` for room (the replacements do not fit after all) or the node is not empty
-//    within `provision_timeout`. The fit check knows lanes and keeps off tainted nodes, not
-//    tolerations, MIG or NVLink rules. The Node carries aicloud/consolidating=true meanwhile, so
+//    within `provision_timeout`. The fit check is in two steps: a coarse first fit (GPU count,
+//    CPU, memory, GPU model, lanes; tainted nodes are no room, tolerations not modelled) picks
+//    the candidates, then the emptiest one is kept only if the control plane's scheduler places
+//    its jobs on a copy of the cluster without it (ControlPlane::WhatIfEmptied: MIG, NVLink and
+//    every other filter; not quota); one it cannot place is underused afresh. The Node carries aicloud/consolidating=true meanwhile, so
 //    a restarted server carries the move on. An operator's cordon, uncordon or drain drops that
 //    mark (ControlPlane::CordonBy::kOperator): the move ends without touching the cordon or
 //    powering the node off as consolidated. A node counts as underused only while no job waits

@@ -850,84 +850,114 @@ TEST_F(NodeAutoscalerTest, AJobNewNodesDoNotHelpBacksOffExponentially) {
 
 // With the real control plane and scheduler: a safe-to-evict job on an underused added node is
 // requeued a turn after the node is cordoned, lands on sim-0, and the node is powered off.
-TEST(NodeAutoscalerWithControlPlane, ASafeToEvictJobIsMovedAfterTheCordonAndTheNodeGoes) {
-  store::MemoryStore store;
-  FakeClock clock{1'000'000'000};
-  Metrics metrics;
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("aicloud-na-cp-" + std::to_string(::getpid()));
-  ControlPlane cp(&store, &clock, &metrics, ControlOptions{.data_dir = dir.string(), .tick = std::chrono::milliseconds(10)});
-  ASSERT_TRUE(cp.Start().ok());
-  FakeProvisioner prov(&store);
-  NodeAutoscaler na(&store, &cp, &clock, &metrics, &prov,
-                    {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(60)});
-  std::map<std::string, std::string> epoch;
-  auto node = [&](const std::string& n, int gpus) {
+// The autoscaler with a real control plane: nodes register and report through it, and its
+// scheduler places the jobs.
+class NodeAutoscalerWithControlPlane : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(cp_.Start().ok()); }
+  void TearDown() override {
+    cp_.Stop();
+    std::filesystem::remove_all(dir_);
+  }
+  void Node(const std::string& n, int gpus, const std::string& model = "H100") {
     json g = json::array();
-    for (int i = 0; i < gpus; ++i) g.push_back({{"index", i}, {"model", "H100"}, {"nvlinkDomain", 0}});
-    StatusOr<json> r = cp.RegisterNode(n, {{"cpuMillis", 16000}, {"memoryBytes", int64_t{64} << 30}, {"gpus", g}});
+    for (int i = 0; i < gpus; ++i) g.push_back({{"index", i}, {"model", model}, {"nvlinkDomain", 0}});
+    StatusOr<json> r = cp_.RegisterNode(n, {{"cpuMillis", 16000}, {"memoryBytes", int64_t{64} << 30}, {"gpus", g}});
     ASSERT_TRUE(r.ok()) << r.status();
-    epoch[n] = (*r)["epoch"];
-  };
-  auto heartbeat = [&] {
-    for (const auto& [n, e] : epoch) (void)cp.AgentReport(n, e, json::object());
-    cp.Sync();
-  };
-  auto report = [&](const std::string& n, const std::string& state) {  // every attempt on n
-    json a = (*cp.WaitAssignments(n, epoch[n], cp.instance(), -1, std::chrono::milliseconds(0)))["attempts"];
+    epoch_[n] = (*r)["epoch"];
+  }
+  void Heartbeat() {
+    for (const auto& [n, e] : epoch_) (void)cp_.AgentReport(n, e, json::object());
+    cp_.Sync();
+  }
+  void Report(const std::string& n, const std::string& state) {  // every attempt on n
+    json a = (*cp_.WaitAssignments(n, epoch_[n], cp_.instance(), -1, std::chrono::milliseconds(0)))["attempts"];
     for (const json& x : a) {
-      (void)cp.AgentReport(n, epoch[n], {{"attempts", {{{"attempt", x["attempt"]}, {"state", state}, {"exitCode", 0}}}}});
+      (void)cp_.AgentReport(n, epoch_[n], {{"attempts", {{{"attempt", x["attempt"]}, {"state", state}, {"exitCode", 0}}}}});
     }
-  };
-  auto submit = [&](const std::string& name, int gpus, json labels) {
-    ASSERT_TRUE(store.Create({{"apiVersion", "aicloud/v1"}, {"kind", "Job"},
-                              {"metadata", {{"name", name}, {"tenant", "nlp"}, {"labels", labels}}},
-                              {"spec", {{"command", "x"}, {"resources", {{"gpu", {{"count", gpus}}}}}}}})
+  }
+  void Submit(const std::string& name, json gpu, json labels) {
+    ASSERT_TRUE(store_.Create({{"apiVersion", "aicloud/v1"}, {"kind", "Job"},
+                               {"metadata", {{"name", name}, {"tenant", "nlp"}, {"labels", labels}}},
+                               {"spec", {{"command", "x"}, {"resources", {{"gpu", gpu}}}}}})
                     .ok());
-    cp.Sync();
-  };
-  auto where = [&](const std::string& job) {
-    json st = store.Get({"Job", "nlp", job})->value("status", json::object());
+    cp_.Sync();
+  }
+  std::string Where(const std::string& job) {
+    json st = store_.Get({"Job", "nlp", job})->value("status", json::object());
     json w = st.value("workers", json::array());
     return st.value("phase", std::string()) + "@" + (w.empty() ? std::string() : w[0].value("node", std::string()));
-  };
-  node("sim-0", 2);
-  submit("fill", 2, json::object());                      // sim-0 is full
-  submit("ckpt", 1, {{kSafeToEvictLabel, "true"}});       // so this one waits for a node
-  for (int i = 0; i < 3; ++i) {
-    clock.Advance(2'000'000);
-    heartbeat();
-    na.Turn();
   }
-  ASSERT_EQ(prov.on, std::vector<std::string>{"auto-0"});
-  node("auto-0", 8);
-  heartbeat();
-  report("auto-0", "Running");
-  heartbeat();
-  ASSERT_EQ(where("ckpt"), "Running@auto-0");
-  report("sim-0", "Succeeded");  // fill ends: sim-0 has room
-  heartbeat();
+  bool Cordoned(const std::string& n) { return store_.Get({"Node", "", n})->at("spec").value("unschedulable", false); }
+  // sim-0 (2 GPUs of `model`) full with job fill; job `name` (its GPU request `gpu`, safe to
+  // evict) waits, auto-0 (8 H100s) is added for it and runs it; then fill ends.
+  void MovableJobOnAnAddedNode(const std::string& name, json gpu, const std::string& model = "H100") {
+    Node("sim-0", 2, model);
+    Submit("fill", {{"count", 2}}, json::object());
+    Submit(name, std::move(gpu), {{kSafeToEvictLabel, "true"}});
+    for (int i = 0; i < 3; ++i) {
+      clock_.Advance(2'000'000);
+      Heartbeat();
+      na_.Turn();
+    }
+    ASSERT_EQ(prov_.on, std::vector<std::string>{"auto-0"});
+    Node("auto-0", 8);
+    Heartbeat();
+    Report("auto-0", "Running");
+    Heartbeat();
+    ASSERT_EQ(Where(name), "Running@auto-0");
+    Report("sim-0", "Succeeded");  // fill ends: sim-0 has room
+    Heartbeat();
+  }
+
+  store::MemoryStore store_;
+  FakeClock clock_{1'000'000'000};
+  Metrics metrics_;
+  const std::filesystem::path dir_ =
+      std::filesystem::temp_directory_path() / ("aicloud-na-cp-" + std::to_string(::getpid()));
+  ControlPlane cp_{&store_, &clock_, &metrics_, ControlOptions{.data_dir = dir_.string(), .tick = std::chrono::milliseconds(10)}};
+  FakeProvisioner prov_{&store_};
+  NodeAutoscaler na_{&store_, &cp_, &clock_, &metrics_, &prov_,
+                     {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(60)}};
+  std::map<std::string, std::string> epoch_;
+};
+
+TEST_F(NodeAutoscalerWithControlPlane, ASafeToEvictJobIsMovedAfterTheCordonAndTheNodeGoes) {
+  ASSERT_NO_FATAL_FAILURE(MovableJobOnAnAddedNode("ckpt", {{"count", 1}}));
   int cordoned_at = -1, moved_at = -1, off_at = -1;
   for (int t = 0; t < 12 && off_at < 0; ++t) {
-    clock.Advance(10'000'000);
-    heartbeat();
-    na.Turn();
-    heartbeat();
-    const bool cordoned = store.Get({"Node", "", "auto-0"})->at("spec").value("unschedulable", false);
-    if (cordoned && cordoned_at < 0) {
+    clock_.Advance(10'000'000);
+    Heartbeat();
+    na_.Turn();
+    Heartbeat();
+    if (Cordoned("auto-0") && cordoned_at < 0) {
       cordoned_at = t;
-      EXPECT_EQ(where("ckpt"), "Running@auto-0") << "not requeued in the turn of the cordon";
+      EXPECT_EQ(Where("ckpt"), "Running@auto-0") << "not requeued in the turn of the cordon";
     }
-    if (moved_at < 0 && where("ckpt") == "Scheduled@sim-0") moved_at = t;
-    if (!prov.off.empty()) off_at = t;
+    if (moved_at < 0 && Where("ckpt") == "Scheduled@sim-0") moved_at = t;
+    if (!prov_.off.empty()) off_at = t;
   }
   EXPECT_GE(cordoned_at, 5) << "after --node-unneeded";
   EXPECT_EQ(moved_at, cordoned_at + 1);
   EXPECT_EQ(off_at, moved_at + 1);
-  EXPECT_EQ(prov.off, std::vector<std::string>{"auto-0"});
-  EXPECT_EQ(store.Get({"Job", "nlp", "ckpt"})->at("status").value("failures", -1), 0);
-  cp.Stop();
-  std::filesystem::remove_all(dir);
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+  EXPECT_EQ(store_.Get({"Job", "nlp", "ckpt"})->at("status").value("failures", -1), 0);
+}
+
+// A MIG slice runs on the added H100 node; sim-0's free L40S GPUs count as room for one GPU, but
+// they have no MIG: the scheduler's what-if says no, so the job is not moved for nothing.
+TEST_F(NodeAutoscalerWithControlPlane, WorkTheSchedulerCouldNotPlaceElsewhereIsNotMoved) {
+  ASSERT_NO_FATAL_FAILURE(MovableJobOnAnAddedNode("slice", {{"profile", "1g.10gb"}}, "L40S"));
+  for (int t = 0; t < 12; ++t) {
+    clock_.Advance(10'000'000);
+    Heartbeat();
+    na_.Turn();
+    Heartbeat();
+    ASSERT_FALSE(Cordoned("auto-0")) << "turn " << t;
+  }
+  EXPECT_EQ(Where("slice"), "Running@auto-0");
+  EXPECT_TRUE(prov_.off.empty());
+  EXPECT_EQ(metrics_.Render().find("consolidations_total{outcome=\"started\"}"), std::string::npos);
 }
 
 TEST(ScriptProvisioner, RunsTheHookWithVerbAndNode) {
