@@ -197,8 +197,19 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
     c.in.clear();
     const std::string& request = requests[target_of(static_cast<size_t>(i))];
     ssize_t n = send(c.fd, request.data(), request.size(), MSG_NOSIGNAL);
-    if (n != static_cast<ssize_t>(request.size())) ++res[target_of(static_cast<size_t>(i))].errors;
-    ++res[target_of(static_cast<size_t>(i))].sent;
+    const size_t t = target_of(static_cast<size_t>(i));
+    if (n != static_cast<ssize_t>(request.size())) {
+      // One error; no answer will come on a connection that took part of a request, or none:
+      // a fresh one takes its place.
+      ++res[t].errors;
+      epoll_ctl(ep, EPOLL_CTL_DEL, c.fd, nullptr);
+      close(c.fd);
+      c.busy = false;
+      watch(static_cast<size_t>(i));
+      idle[t].push_back(i);
+      return;
+    }
+    ++res[t].sent;
     ++outstanding;
   };
   for (;;) {
