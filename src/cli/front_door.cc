@@ -154,11 +154,8 @@ class TenantLimits {
     auto it = limits_->find(tenant);
     return it == limits_->end() ? gateway::Limits{} : it->second;
   }
-  // Changes whenever a load finds the limits changed.
-  uint64_t Version() const {
-    std::lock_guard<std::mutex> l(mu_);
-    return version_;
-  }
+  // Changes whenever a load finds the limits changed. (Read on every request: no lock.)
+  uint64_t Version() const { return version_.load(); }
 
  private:
   void Load() {
@@ -178,7 +175,7 @@ class TenantLimits {
     std::lock_guard<std::mutex> l(mu_);
     if (*next == *limits_) return;
     limits_ = std::move(next);
-    ++version_;
+    version_.fetch_add(1);
   }
 
   void Loop() {
@@ -197,26 +194,8 @@ class TenantLimits {
   bool stop_ = false;  // GUARDED_BY(mu_)
   std::shared_ptr<const std::map<std::string, gateway::Limits>> limits_ =
       std::make_shared<std::map<std::string, gateway::Limits>>();  // GUARDED_BY(mu_)
-  uint64_t version_ = 0;  // GUARDED_BY(mu_)
+  std::atomic<uint64_t> version_{0};  // changed under mu_, after limits_
   std::thread thread_;
-};
-
-// One epoch from two: a number that changes whenever either input changes.
-class EpochOfTwo {
- public:
-  uint64_t Of(uint64_t a, uint64_t b) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (a != a_ || b != b_) {
-      a_ = a;
-      b_ = b;
-      ++n_;
-    }
-    return n_;
-  }
-
- private:
-  std::mutex mu_;
-  uint64_t a_ = ~uint64_t{0}, b_ = ~uint64_t{0}, n_ = 0;  // GUARDED_BY(mu_)
 };
 
 }  // namespace
@@ -266,7 +245,7 @@ std::function<StatusOr<http::AsyncHandler>(control::ApiServer&)> FrontDoor::Fact
     };
     // What a key authenticates to changes with the RBAC snapshot, a key's expiry and the
     // tenants' limits: a kept-alive connection reuses its caller while none of them changed.
-    auto epochs = std::make_shared<EpochOfTwo>();
+    auto epochs = std::make_shared<gateway::EpochOfTwo>();
     auto auth_epoch = [auth, limits, epochs] { return epochs->Of(auth->Epoch(), limits->Version()); };
     StatusOr<std::unique_ptr<gateway::Gateway>> g = gateway::Gateway::Create(
         {.directory = impl->directory.get(), .authenticate = authenticate, .auth_epoch = auth_epoch, .usage = &impl->usage,

@@ -100,4 +100,28 @@ class StaticKeys {
   std::atomic<uint64_t> epoch_{0};  // keys added so far
 };
 
+// One epoch from two (an authenticator's and a limits' version, say): a number that changes
+// whenever either input changes. Asked on every request, so the inputs seen last are read
+// without a lock, between two reads of an even count (a seqlock); a change takes the lock and
+// keeps the count odd while it writes. Thread-safe.
+class EpochOfTwo {
+ public:
+  uint64_t Of(uint64_t a, uint64_t b) {
+    const uint64_t n = n_.load();
+    if (n % 2 == 0 && a_.load() == a && b_.load() == b && n_.load() == n) return n;
+    std::lock_guard<std::mutex> l(mu_);
+    if (a != a_.load() || b != b_.load()) {
+      n_.fetch_add(1);  // odd: being written
+      a_.store(a);
+      b_.store(b);
+      n_.fetch_add(1);  // even: a new epoch
+    }
+    return n_.load();
+  }
+
+ private:
+  std::mutex mu_;  // serializes changes
+  std::atomic<uint64_t> a_{~uint64_t{0}}, b_{~uint64_t{0}}, n_{0};
+};
+
 }  // namespace aicloud::gateway

@@ -576,7 +576,6 @@ TEST(Gateway, AConnectionRemembersItsCallerAcrossRequestsHandedToWorkers) {
 TEST(Gateway, WithoutAnEpochEveryRequestIsAuthenticated) {
   FakeEngine a;
   CountedKeys counted;
-  StaticKeys& keys = counted.keys;
   std::atomic<int>& checks = counted.checks;
   Harness h({}, nullptr, counted.Counted());
   ASSERT_TRUE(h.dir.Upsert(OneModel("model-a", "ta", {{"r", a.url(), true}})).ok());
