@@ -88,6 +88,33 @@ std::string AttemptId(const std::string& job_uid, int attempt, int worker) {
 bool Terminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
 bool WorkerDone(const std::string& s) { return s == "Succeeded" || s == "Failed" || s == "Killed" || s == "Lost"; }
 
+// Places the workers of a job through `s` (one alone, several as a gang), their uids taken from
+// *next_uid and their GPU models named in `c`. Returns the placements, all of them or none;
+// *pods gets the requests and *reason the scheduler's reason when none.
+std::vector<sched::ScheduleResult> PlaceWorkers(sched::Scheduler& s, cluster::Cluster& c, const JobSpec& spec,
+                                                const std::string& tenant, const std::string& name,
+                                                int64_t* next_uid, std::vector<sched::PodRequest>* pods,
+                                                std::string* reason) {
+  pods->clear();
+  for (int i = 0; i < spec.workers; ++i) {
+    sched::PodRequest p = WorkerRequest(spec, tenant, name, i);
+    p.uid = (*next_uid)++;
+    for (const std::string& m : spec.gpu_models) p.gpu_models.push_back(c.InternModel(m));
+    pods->push_back(std::move(p));
+  }
+  std::vector<sched::ScheduleResult> placed;
+  if (pods->size() == 1) {
+    sched::ScheduleResult r = s.ScheduleOne((*pods)[0]);
+    *reason = r.reason;
+    if (r.placed) placed.push_back(r);
+  } else {
+    sched::GangResult g = s.ScheduleGang(*pods);
+    *reason = g.reason;
+    if (g.placed) placed = g.members;
+  }
+  return placed;
+}
+
 }  // namespace
 
 ControlPlane::ControlPlane(store::Store* store, Clock* clock, Metrics* metrics,
@@ -658,23 +685,9 @@ void ControlPlane::ScheduleJobs() {
     const JobSpec& spec = *j->spec;
     const std::string key = Key(j->tenant, j->name);
     std::vector<sched::PodRequest> pods;
-    for (int i = 0; i < spec.workers; ++i) {
-      sched::PodRequest p = WorkerRequest(spec, j->tenant, j->name, i);
-      p.uid = next_uid_++;
-      for (const std::string& m : spec.gpu_models) p.gpu_models.push_back(cluster_.InternModel(m));
-      pods.push_back(std::move(p));
-    }
-    std::vector<sched::ScheduleResult> placed;
     std::string reason;
-    if (pods.size() == 1) {
-      sched::ScheduleResult r = scheduler_->ScheduleOne(pods[0]);
-      reason = r.reason;
-      if (r.placed) placed.push_back(r);
-    } else {
-      sched::GangResult g = scheduler_->ScheduleGang(pods);
-      reason = g.reason;
-      if (g.placed) placed = g.members;
-    }
+    std::vector<sched::ScheduleResult> placed =
+        PlaceWorkers(*scheduler_, cluster_, spec, j->tenant, j->name, &next_uid_, &pods, &reason);
     if (placed.size() != pods.size()) {
       j->failed_gen = capacity_gen_;
       if (j->queue_message != reason) {
@@ -1140,24 +1153,9 @@ std::string ControlPlane::WhatIfEmptied(const std::string& node, const std::vect
   if (!what_if.ok()) return "the scheduler's what-if: " + std::string(what_if.status().message());
   int64_t uid = 1;
   for (const Job* j : moving) {
-    const JobSpec& spec = *j->spec;
     std::vector<sched::PodRequest> pods;
-    for (int i = 0; i < spec.workers; ++i) {
-      sched::PodRequest p = WorkerRequest(spec, j->tenant, j->name, i);
-      p.uid = uid++;
-      for (const std::string& m : spec.gpu_models) p.gpu_models.push_back(copy.InternModel(m));
-      pods.push_back(std::move(p));
-    }
     std::string reason;
-    if (pods.size() == 1) {
-      sched::ScheduleResult r = (*what_if)->ScheduleOne(pods[0]);
-      if (r.placed) continue;
-      reason = r.reason;
-    } else {
-      sched::GangResult g = (*what_if)->ScheduleGang(pods);
-      if (g.placed) continue;
-      reason = g.reason;
-    }
+    if (PlaceWorkers(**what_if, copy, *j->spec, j->tenant, j->name, &uid, &pods, &reason).size() == pods.size()) continue;
     return "job " + j->tenant + "/" + j->name + " would not fit elsewhere: " + reason;
   }
   return "";

@@ -181,6 +181,17 @@ class NodeAutoscalerTest : public ::testing::Test {
     na.Turn();
   }
 
+  // A move empties auto-0 (its replica chat-1 replaced elsewhere); `during` runs in the turn
+  // that then powers it off, after that turn read the Nodes (an operator's write landing then).
+  void EmptiedThenWrittenInThePowerOffTurn(HookedStore& hooked, NodeAutoscaler& na, std::function<void()> during) {
+    AddedNodeRunning(na, "chat-1", Gpus(1, 1), json{{kDeploymentLabel, "chat"}});
+    Turns(61, na, 1);
+    ASSERT_EQ(Consolidations("started"), 1);
+    ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());
+    hooked.hook = std::move(during);
+    Turns(2, na, 1);
+  }
+
   // A server that began moving replica chat-1 off auto-0 (labelled for eviction, node marked),
   // then stopped; the test goes on with a new NodeAutoscaler on the same store.
   void MoveBeganThenServerStopped(const NodeAutoscalerOptions& o) {
@@ -381,12 +392,8 @@ TEST_F(NodeAutoscalerTest, AnEmptyNodeLabelledDoNotDisruptIsKeptUntilTheLabelGoe
 TEST_F(NodeAutoscalerTest, ALabelWrittenWhileATurnRunsStillKeepsTheNode) {
   HookedStore hooked(&store_);
   NodeAutoscaler na(&hooked, nullptr, &clock_, &metrics_, &prov_, kPool2);
-  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
-  Turns(61, na, 1);
-  ASSERT_EQ(Consolidations("started"), 1);
-  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());  // replaced elsewhere: empty
-  hooked.hook = [&] { SetNodeLabel("auto-0", kDoNotDisruptLabel, true); };
-  Turns(2, na, 1);  // read it empty and marked: powers it off, unless the write refuses
+  ASSERT_NO_FATAL_FAILURE(
+      EmptiedThenWrittenInThePowerOffTurn(hooked, na, [&] { SetNodeLabel("auto-0", kDoNotDisruptLabel, true); }));
   EXPECT_TRUE(prov_.off.empty());
   Turns(2, na, 1);
   EXPECT_EQ(Consolidations("abandoned"), 1);
@@ -404,16 +411,12 @@ TEST_F(NodeAutoscalerTest, ALabelWrittenWhileATurnRunsStillKeepsTheNode) {
 }
 
 // An operator's cordon (dropping the mark) lands between the turn's read of the Nodes and the
-// power-off of the node it emptied: the node stays on, and is not moved again for the back-off.
+// power-off of the node it emptied: the node stays on.
 TEST_F(NodeAutoscalerTest, AnOperatorsCordonWhileATurnRunsStopsThePowerOff) {
   HookedStore hooked(&store_);
   NodeAutoscaler na(&hooked, nullptr, &clock_, &metrics_, &prov_, kPool2);
-  AddedNodeRunning(na, "chat-1", Gpus(1, 1), kReplica);
-  Turns(61, na, 1);
-  ASSERT_EQ(Consolidations("started"), 1);
-  ASSERT_TRUE(store_.Delete({"Job", "t", "chat-1"}, 0).ok());
-  hooked.hook = [&] { SetNodeLabel("auto-0", kConsolidatingLabel, false); };
-  Turns(2, na, 1);
+  ASSERT_NO_FATAL_FAILURE(
+      EmptiedThenWrittenInThePowerOffTurn(hooked, na, [&] { SetNodeLabel("auto-0", kConsolidatingLabel, false); }));
   EXPECT_TRUE(prov_.off.empty());
   EXPECT_EQ(Consolidations("taken_over"), 1);
 }
