@@ -40,6 +40,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -131,6 +132,16 @@ int Connect(uint16_t port) {
   return fd;
 }
 
+// Whether a connection Connect began is established (waits up to a second).
+bool Connected(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLOUT, 0};
+  if (poll(&p, 1, 1000) != 1) return false;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+}
+
 // Length of a complete HTTP response at the start of `s` (Content-Length framing), or 0.
 size_t CompleteResponse(const std::string& s) {
   size_t end = s.find("\r\n\r\n");
@@ -168,6 +179,7 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
   auto target_of = [&](size_t i) { return i / static_cast<size_t>(connections); };
   auto watch = [&](size_t i) {
     conns[i].fd = Connect(ports[target_of(i)]);
+    if (conns[i].fd < 0) return;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u32 = static_cast<uint32_t>(i);
@@ -206,7 +218,7 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
       close(c.fd);
       c.busy = false;
       watch(static_cast<size_t>(i));
-      idle[t].push_back(i);
+      if (Connected(c.fd)) idle[t].push_back(i);  // else the target has one connection fewer
       return;
     }
     ++res[t].sent;

@@ -372,22 +372,29 @@ int Simple(const ClientFlags& f, const std::string& method, const std::string& t
 // back at the version read (a concurrent write makes it read and try again).
 int Label(const ClientFlags& f, const std::string& what, const std::string& name,
           const std::vector<std::string>& changes, bool overwrite) {
+  const control::KindInfo* k = control::FindKindLoose(what);
+  if (k == nullptr) return Fail(InvalidArgumentError("unknown resource type \"" + what + "\""));
   std::map<std::string, std::optional<std::string>> want;  // nullopt: remove
   for (const std::string& c : changes) {
     const size_t eq = c.find('=');
+    std::string key;
+    std::optional<std::string> value;
     if (eq == std::string::npos && c.size() > 1 && c.back() == '-') {
-      want[c.substr(0, c.size() - 1)] = std::nullopt;
+      key = c.substr(0, c.size() - 1);
     } else if (eq != std::string::npos && eq > 0) {
-      want[c.substr(0, eq)] = c.substr(eq + 1);
+      key = c.substr(0, eq);
+      value = c.substr(eq + 1);
     } else {
       return Fail(InvalidArgumentError("label \"" + c + "\": expected KEY=VALUE to set or KEY- to remove"));
+    }
+    auto [it, fresh] = want.emplace(key, value);
+    if (!fresh && it->second != value) {
+      return Fail(InvalidArgumentError("label " + key + " is given twice with different changes"));
     }
   }
   if (want.empty()) return Fail(InvalidArgumentError("no labels given: KEY=VALUE to set, KEY- to remove"));
   StatusOr<Conn> c = Connect(f);
   if (!c.ok()) return Fail(c.status());
-  const control::KindInfo* k = control::FindKindLoose(what);
-  if (k == nullptr) return Fail(InvalidArgumentError("unknown resource type \"" + what + "\""));
   const std::string path = Path(*k, c->tenant, name);
   for (int tries = 0;; ++tries) {
     StatusOr<json> cur = Call(*c, "GET", path);

@@ -1138,12 +1138,16 @@ std::string ControlPlane::WhatIfEmptied(const std::string& node, const std::vect
   take_nothing(node);
   for (const std::string& n : excluded) take_nothing(n);
   std::vector<const Job*> moving;
+  std::set<std::string> seen;
   for (const auto& [tenant, name] : jobs) {
+    if (!seen.insert(Key(tenant, name)).second) continue;  // freed once
     auto it = jobs_.find(Key(tenant, name));
     if (it == jobs_.end() || !it->second.spec) return "job " + tenant + "/" + name + " is not known to the scheduler";
     moving.push_back(&it->second);
     for (const Worker& w : it->second.workers) {
-      if (w.uid != 0) copy.Release(w.alloc);  // uid 0: released already
+      // Only what is allocated: a worker that finished before a restart keeps a uid but was
+      // never adopted back.
+      if (w.uid != 0 && uid_worker_.count(w.uid)) copy.Release(w.alloc);
     }
   }
   sched::SchedulerOptions so;

@@ -315,6 +315,7 @@ TEST_F(ControlPlaneTest, WhatIfEmptiedPlacesTheJobsOnTheOtherNodes) {
   EXPECT_NE(cp_->WhatIfEmptied("a", {}, {{"nlp", "j"}}), "") << "b has one GPU, j needs two";
   Register("c", 2);
   EXPECT_EQ(cp_->WhatIfEmptied("a", {}, {{"nlp", "j"}}), "");
+  EXPECT_EQ(cp_->WhatIfEmptied("a", {}, {{"nlp", "j"}, {"nlp", "j"}}), "") << "a job named twice moves once";
   EXPECT_NE(cp_->WhatIfEmptied("a", {"c"}, {{"nlp", "j"}}), "") << "c excluded";
   EXPECT_NE(cp_->WhatIfEmptied("a", {}, {{"nlp", "nope"}}).find("not known"), std::string::npos);
   // Two jobs must fit together: each alone fits on c, both do not.
@@ -326,6 +327,26 @@ TEST_F(ControlPlaneTest, WhatIfEmptiedPlacesTheJobsOnTheOtherNodes) {
   EXPECT_EQ(JobNow("j")["status"]["workers"][0]["node"], "a");
   Submit("l", {{"command", "x"}, {"resources", {{"gpu", {{"count", 2}}}}}});
   EXPECT_EQ(JobNow("l")["status"]["workers"][0]["node"], "c");
+}
+
+// After a restart a finished worker keeps its uid but holds nothing: the what-if must not free
+// its old allocation, where another job runs now.
+TEST_F(ControlPlaneTest, WhatIfEmptiedFreesOnlyWhatIsAllocatedAfterARestart) {
+  std::string ea = Register("a", 1), eb = Register("b", 1);
+  Submit("j", {{"command", "x"}, {"workers", 2}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  json on_a = Assigned("a", ea), on_b = Assigned("b", eb);
+  ASSERT_EQ(on_a.size(), 1u);
+  ASSERT_EQ(on_b.size(), 1u);
+  Report("a", ea, on_a[0]["attempt"], "Running");
+  Report("b", eb, on_b[0]["attempt"], "Succeeded", 0);  // b is free again
+  Restart();
+  Register("b", 1);  // b's agent is back (a's not yet: j's worker there is still adopted)
+  Submit("k", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  ASSERT_EQ(JobNow("k")["status"]["workers"][0]["node"], "b");
+  Register("c", 1);
+  ASSERT_EQ(JobNow("j")["status"]["phase"], "Running");
+  // j's two workers need two GPUs; only c's is free.
+  EXPECT_NE(cp_->WhatIfEmptied("a", {}, {{"nlp", "j"}, {"nlp", "j"}}), "");
 }
 
 TEST_F(ControlPlaneTest, DrainRequeuesWithoutUsingARetry) {

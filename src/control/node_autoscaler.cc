@@ -391,7 +391,10 @@ void NodeAutoscaler::Turn() {
     for (auto& [name, a] : added_) {
       if (a.registered && !ready[name]) {
         if (a.not_ready_since_us == 0) a.not_ready_since_us = now;
-        if (now - a.not_ready_since_us > options_.provision_timeout.count() * 1000) off_reasons.emplace_back(name, "lost");
+        if (now - a.not_ready_since_us > options_.provision_timeout.count() * 1000) {
+          off_reasons.emplace_back(name, "lost");
+          continue;  // released, labelled do-not-disrupt or not
+        }
       } else {
         a.not_ready_since_us = 0;
       }
@@ -669,9 +672,13 @@ void NodeAutoscaler::Turn() {
     // Cordoned and marked in one write (the mark: a restarted server carries the move on).
     Status c = control_ != nullptr ? control_->Cordon(m.node, true, ControlPlane::CordonBy::kMove)
                                    : SetLabel(store_, {"Node", "", m.node}, kConsolidatingLabel, true);
-    if (!c.ok()) {
+    if (c.code() == StatusCode::kFailedPrecondition) {  // labelled do-not-disrupt since the turn read it
+      spdlog::info("node autoscaler: {} could be emptied ({}), but is kept: {}", m.node, m.why, std::string(c.message()));
+    } else if (!c.ok()) {
       spdlog::warn("node autoscaler: {} could be emptied ({}), but cordon failed (tried again later): {}", m.node, m.why,
                    std::string(c.message()));
+    }
+    if (!c.ok()) {
       std::lock_guard<std::mutex> l(mu_);
       if (auto it = added_.find(m.node); it != added_.end()) it->second.consolidating_since_us = 0;
       continue;
@@ -787,9 +794,11 @@ void NodeAutoscaler::Turn() {
     if (powered_off_ != nullptr) powered_off_->Inc({reason});
   }
   for (const std::string& name : to_power_on) {
-    // A released name comes back: let the scheduler use it again once it registers.
+    // A released name comes back: let the scheduler use it again once it registers. The old
+    // machine's marks go: a new machine is not kept by an operator's label for the old one.
     if (control_ != nullptr && store_->Get({"Node", "", name}).ok()) (void)control_->Cordon(name, false);
     (void)SetLabel(store_, {"Node", "", name}, kConsolidatingLabel, false);
+    (void)SetLabel(store_, {"Node", "", name}, kDoNotDisruptLabel, false);
     Status on = provisioner_->PowerOn(name);
     if (!on.ok()) {
       spdlog::warn("node autoscaler: power on {}: {}", name, std::string(on.message()));

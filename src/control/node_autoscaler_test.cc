@@ -373,7 +373,7 @@ TEST_F(NodeAutoscalerTest, AnEmptyNodeLabelledDoNotDisruptIsKeptUntilTheLabelGoe
   Turns(30, na, 6);
   EXPECT_TRUE(prov_.off.empty());
   SetNodeLabel("auto-0", kDoNotDisruptLabel, false);
-  Turns(31, na, 2);  // unneeded after 60 s: the scale-down's cordon
+  Turns(31, na, 3);  // idle from the first of these turns: the third cordons it (unneeded after 60 s)
   ASSERT_TRUE(prov_.off.empty());
   SetNodeLabel("auto-0", kDoNotDisruptLabel, true);  // before the power-off's turn
   Turns(2, na, 1);
@@ -400,7 +400,7 @@ TEST_F(NodeAutoscalerTest, ALabelWrittenWhileATurnRunsStillKeepsTheNode) {
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
   // Unneeded: idle 60 s, cordoned; the label comes during the power-off's turn.
   SetNodeLabel("auto-0", kDoNotDisruptLabel, false);
-  Turns(31, na, 2);
+  Turns(31, na, 3);  // idle from the first; the third cordons it
   ASSERT_TRUE(prov_.off.empty());
   hooked.hook = [&] { SetNodeLabel("auto-0", kDoNotDisruptLabel, true); };
   Turns(2, na, 1);
@@ -469,7 +469,7 @@ TEST_F(NodeAutoscalerTest, ANodeIsUnderusedAfreshOnceAJobStopsWaitingForRoom) {
   EXPECT_EQ(Consolidations("started"), 1);
 }
 
-TEST_F(NodeAutoscalerTest, ANameComingBackLosesAStaleMoveMark) {
+TEST_F(NodeAutoscalerTest, ANameComingBackLosesTheOldMachinesMarks) {
   NodeAutoscaler na(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   Job("a", Gpus(1, 8), "Pending", "Unschedulable");
   TwoTurns(na);
@@ -479,11 +479,13 @@ TEST_F(NodeAutoscalerTest, ANameComingBackLosesAStaleMoveMark) {
   ASSERT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
   json n = *store_.Get({"Node", "", "auto-0"});
   n["metadata"]["labels"][kConsolidatingLabel] = "true";  // as a crash could have left it
+  n["metadata"]["labels"][kDoNotDisruptLabel] = "true";   // the operator's, for the old machine
   ASSERT_TRUE(store_.Update(n, 0).ok());
   Job("b", Gpus(1, 8), "Pending", "Unschedulable");
   TwoTurns(na);
   ASSERT_EQ(prov_.on.back(), "auto-0");
   EXPECT_EQ(NodeLabel("auto-0", kConsolidatingLabel), "");
+  EXPECT_EQ(NodeLabel("auto-0", kDoNotDisruptLabel), "");
 }
 
 TEST_F(NodeAutoscalerTest, AResumedMoveOfAnEmptyNodeWaitsATurnForItsCordon) {

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 #include <vector>
@@ -31,18 +33,27 @@ TEST(EpochOfTwoTest, ConcurrentReadersNeverShareAnEpochAcrossInputs) {
   std::atomic<bool> stop{false};
   constexpr int kReaders = 4;
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> seen(kReaders);  // (epoch, input)
+  std::array<std::atomic<size_t>, kReaders> reads{};
   std::vector<std::thread> readers;
   for (int r = 0; r < kReaders; ++r) {
     readers.emplace_back([&, r] {
       while (!stop.load()) {
         const uint64_t in = inputs.load();
         seen[static_cast<size_t>(r)].emplace_back(e.Of(in, in), in);
+        reads[static_cast<size_t>(r)].fetch_add(1);
       }
     });
   }
-  for (uint64_t i = 2; i < 2000; ++i) {
+  // Inputs change until the readers have asked 20,000 times (or 10 s pass on a crawling
+  // machine), the writer yielding between changes so that readers and changes interleave.
+  std::atomic<size_t> asked{0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (uint64_t i = 2; asked.load() < 20'000 && std::chrono::steady_clock::now() < deadline; ++i) {
     inputs.store(i);
-    if (i % 50 == 0) std::this_thread::yield();
+    std::this_thread::yield();
+    size_t n = 0;
+    for (const auto& c : reads) n += c.load();
+    asked.store(n);
   }
   stop.store(true);
   for (std::thread& t : readers) t.join();
@@ -55,7 +66,7 @@ TEST(EpochOfTwoTest, ConcurrentReadersNeverShareAnEpochAcrossInputs) {
       ++checked;
     }
   }
-  EXPECT_GT(checked, 100u);
+  EXPECT_GE(checked, 20'000u);
 }
 
 }  // namespace
