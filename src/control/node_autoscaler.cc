@@ -345,6 +345,7 @@ void NodeAutoscaler::Turn() {
   }
 
   std::vector<std::string> to_power_on, to_cordon, to_uncordon;
+  std::map<std::string, int> abandoned_before;  // of the nodes in off_reasons: their moves ended
   std::vector<std::pair<std::string, std::string>> off_reasons;
   struct Move {
     std::string node, why;
@@ -443,6 +444,7 @@ void NodeAutoscaler::Turn() {
       }
     }
     for (const auto& [name, reason] : off_reasons) {
+      abandoned_before[name] = added_[name].abandoned;  // kept if the power-off is refused
       added_.erase(name);
       released_.insert(name);
       if (reason == "provision_timeout") {
@@ -774,13 +776,15 @@ void NodeAutoscaler::Turn() {
       const bool marked = reason == "consolidated" && NodeLabelled(store_, name, kConsolidatingLabel);
       std::lock_guard<std::mutex> l(mu_);
       released_.erase(name);
+      Added& a = added_[name];
+      a = {.powered_on_us = now, .registered = true, .abandoned = abandoned_before[name]};
       if (reason == "unneeded") {  // the next turn sees the label and uncordons it
-        added_[name] = {.powered_on_us = now, .registered = true, .cordoned = true};
+        a.cordoned = true;
       } else if (kept && marked) {  // still a move of ours: the next turn abandons it (uncordon, unmark)
-        added_[name] = {.powered_on_us = now, .registered = true, .consolidating_since_us = now, .marked = true};
-      } else {  // an operator took it over
-        added_[name] = {.powered_on_us = now, .registered = true,
-                        .consolidate_retry_us = now + options_.backoff.count() * 1000, .abandoned = 1};
+        a.consolidating_since_us = now;
+        a.marked = true;
+      } else {  // an operator took it over: the same back-off as for a move abandoned
+        (void)EndMove(a, now);
         if (consolidations_ != nullptr) consolidations_->Inc({"taken_over"});
       }
       continue;
