@@ -1126,9 +1126,33 @@ Status ControlPlane::Drain(const std::string& node, CordonBy by) {
 
 std::string ControlPlane::WhatIfEmptied(const std::string& node, const std::vector<std::string>& excluded,
                                         const std::vector<std::pair<std::string, std::string>>& jobs) {
-  std::lock_guard<std::mutex> l(mu_);
-  ApplyStoreChanges();
-  cluster::Cluster copy = cluster_;
+  // Under the lock only what the what-if reads: the cluster (copied, the jobs' workers freed in
+  // the copy) and the jobs' specs. The scheduler on the copy runs after, without the lock.
+  struct Moving {
+    std::string tenant, name;
+    JobSpec spec;
+  };
+  std::vector<Moving> moving;
+  cluster::Cluster copy;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ApplyStoreChanges();
+    std::set<std::string> seen;
+    for (const auto& [tenant, name] : jobs) {
+      if (!seen.insert(Key(tenant, name)).second) continue;  // freed once
+      auto it = jobs_.find(Key(tenant, name));
+      if (it == jobs_.end() || !it->second.spec) return "job " + tenant + "/" + name + " is not known to the scheduler";
+      moving.push_back({tenant, name, *it->second.spec});
+    }
+    copy = cluster_;
+    for (const Moving& m : moving) {
+      for (const Worker& w : jobs_.at(Key(m.tenant, m.name)).workers) {
+        // Only what is allocated: a worker that finished before a restart keeps a uid but was
+        // never adopted back.
+        if (w.uid != 0 && uid_worker_.count(w.uid)) copy.Release(w.alloc);
+      }
+    }
+  }
   auto take_nothing = [&](const std::string& name) {
     const int32_t id = copy.FindNode(name);
     if (id < 0) return;
@@ -1137,30 +1161,17 @@ std::string ControlPlane::WhatIfEmptied(const std::string& node, const std::vect
   };
   take_nothing(node);
   for (const std::string& n : excluded) take_nothing(n);
-  std::vector<const Job*> moving;
-  std::set<std::string> seen;
-  for (const auto& [tenant, name] : jobs) {
-    if (!seen.insert(Key(tenant, name)).second) continue;  // freed once
-    auto it = jobs_.find(Key(tenant, name));
-    if (it == jobs_.end() || !it->second.spec) return "job " + tenant + "/" + name + " is not known to the scheduler";
-    moving.push_back(&it->second);
-    for (const Worker& w : it->second.workers) {
-      // Only what is allocated: a worker that finished before a restart keeps a uid but was
-      // never adopted back.
-      if (w.uid != 0 && uid_worker_.count(w.uid)) copy.Release(w.alloc);
-    }
-  }
   sched::SchedulerOptions so;
   so.tie_break = sched::SchedulerOptions::TieBreak::kFirst;
   StatusOr<std::unique_ptr<sched::Scheduler>> what_if =
       sched::Scheduler::Create(&copy, profile_, sched::Registry::BuiltIn(), so);
   if (!what_if.ok()) return "the scheduler's what-if: " + std::string(what_if.status().message());
   int64_t uid = 1;
-  for (const Job* j : moving) {
+  for (const Moving& m : moving) {
     std::vector<sched::PodRequest> pods;
     std::string reason;
-    if (PlaceWorkers(**what_if, copy, *j->spec, j->tenant, j->name, &uid, &pods, &reason).size() == pods.size()) continue;
-    return "job " + j->tenant + "/" + j->name + " would not fit elsewhere: " + reason;
+    if (PlaceWorkers(**what_if, copy, m.spec, m.tenant, m.name, &uid, &pods, &reason).size() == pods.size()) continue;
+    return "job " + m.tenant + "/" + m.name + " would not fit elsewhere: " + reason;
   }
   return "";
 }

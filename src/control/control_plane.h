@@ -120,7 +120,8 @@ class ControlPlane {
   // job, wherever it runs now, is freed and placed again with this server's profile (all MIG,
   // NVLink, GPU model, lane and taint rules), the jobs one after another. "" when all fit, else
   // which job does not and the scheduler's reason. The copy has no placed pods, so nothing is
-  // preempted for them; quota is not checked again (the jobs were admitted).
+  // preempted for them; quota is not checked again (the jobs were admitted). The lock is held
+  // only while the cluster and the jobs' specs are copied.
   std::string WhatIfEmptied(const std::string& node, const std::vector<std::string>& excluded,
                             const std::vector<std::pair<std::string, std::string>>& jobs);
   // Runtime facts of nodes kept in memory (heartbeat age, readiness, metrics): name → object.
