@@ -202,6 +202,11 @@ ac label nodes e2e-node-0 aicloud/do-not-disrupt- >/dev/null || ok=0
 [ -z "$(node_label aicloud/do-not-disrupt)" ] || { ok=0; note "label not removed"; }
 err=$(ac label nodes e2e-node-0 novalue 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q "KEY=VALUE" <<<"$err"; } || { ok=0; note "bad label argument rc=$rc: $err"; }
+err=$(ac label nodes e2e-node-0 team=a team- 2>&1); rc=$?
+{ [ $rc -ne 0 ] && grep -q "given twice" <<<"$err"; } || { ok=0; note "two changes of one label rc=$rc: $err"; }
+err=$(ac label gizmos e2e-node-0 team=a 2>&1); rc=$?
+{ [ $rc -ne 0 ] && grep -q "unknown resource type" <<<"$err"; } || { ok=0; note "unknown kind rc=$rc: $err"; }
+[ -z "$(node_label team)" ] || { ok=0; note "a refused label command changed the node"; }
 # Drain a node that runs a job: the job moves to the other node without using a retry.
 render "$data/job-sleep.yaml" drained "63.$tag" | as "$alice" apply -f - -t a >/dev/null
 wait_until 20 phase_is drained Running || { ok=0; note "drained not Running: $(job_json drained | jq -c .status)"; }

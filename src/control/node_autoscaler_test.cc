@@ -143,12 +143,14 @@ class NodeAutoscalerTest : public ::testing::Test {
     json l = n->at("metadata").value("labels", json::object());
     return l.is_object() ? l.value(key, "") : "";
   }
-  void SetNodeLabel(const std::string& node, const char* key, bool on) {
-    json n = *store_.Get({"Node", "", node});
-    if (on) n["metadata"]["labels"][key] = "true";
-    else if (n["metadata"].contains("labels")) n["metadata"]["labels"].erase(key);
-    ASSERT_TRUE(store_.Update(n, 0).ok());
+  // Sets label `key` to "true" on the object, or takes it off.
+  void SetLabelOn(const store::ObjectKey& which, const char* key, bool on) {
+    json o = *store_.Get(which);
+    if (on) o["metadata"]["labels"][key] = "true";
+    else if (o["metadata"].contains("labels")) o["metadata"]["labels"].erase(key);
+    ASSERT_TRUE(store_.Update(o, 0).ok());
   }
+  void SetNodeLabel(const std::string& node, const char* key, bool on) { SetLabelOn({"Node", "", node}, key, on); }
   std::string LabelOf(const std::string& job, const char* key, const std::string& tenant = "t") {
     StatusOr<json> j = store_.Get({"Job", tenant, job});
     if (!j.ok()) return "(no job)";
@@ -428,9 +430,7 @@ TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
   // The server stops mid-move: the node stays cordoned with the replica labelled. The next one
   // carries the move on: the replica is replaced and the node powered off as consolidated.
   // Its label lost meanwhile (a write that failed): the resumed move labels it again.
-  json j = *store_.Get({"Job", "t", "chat-1"});
-  j["metadata"]["labels"].erase(kEvictLabel);
-  ASSERT_TRUE(store_.Update(j, 0).ok());
+  SetLabelOn({"Job", "t", "chat-1"}, kEvictLabel, false);
   NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, o);
   after.Turn();
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "true");
@@ -446,9 +446,7 @@ TEST_F(NodeAutoscalerTest, ARestartedServerCarriesAMoveOn) {
 // for eviction on a node no longer being emptied, and takes the labels off.
 TEST_F(NodeAutoscalerTest, ARestartedServerClearsEvictionLabelsNoMoveStandsBehind) {
   ASSERT_NO_FATAL_FAILURE(MoveBeganThenServerStopped(kPool2));
-  json n = *store_.Get({"Node", "", "auto-0"});
-  n["metadata"]["labels"].erase(kConsolidatingLabel);
-  ASSERT_TRUE(store_.Update(n, 0).ok());
+  SetNodeLabel("auto-0", kConsolidatingLabel, false);
   NodeAutoscaler after(&store_, nullptr, &clock_, &metrics_, &prov_, kPool2);
   after.Turn();
   EXPECT_EQ(LabelOf("chat-1", kEvictLabel), "");
@@ -477,10 +475,8 @@ TEST_F(NodeAutoscalerTest, ANameComingBackLosesTheOldMachinesMarks) {
   Job("a", Gpus(1, 8), "Succeeded");
   Turns(10, na, 8);  // idle, cordoned, powered off
   ASSERT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
-  json n = *store_.Get({"Node", "", "auto-0"});
-  n["metadata"]["labels"][kConsolidatingLabel] = "true";  // as a crash could have left it
-  n["metadata"]["labels"][kDoNotDisruptLabel] = "true";   // the operator's, for the old machine
-  ASSERT_TRUE(store_.Update(n, 0).ok());
+  SetNodeLabel("auto-0", kConsolidatingLabel, true);  // as a crash could have left it
+  SetNodeLabel("auto-0", kDoNotDisruptLabel, true);   // the operator's, for the old machine
   Job("b", Gpus(1, 8), "Pending", "Unschedulable");
   TwoTurns(na);
   ASSERT_EQ(prov_.on.back(), "auto-0");

@@ -1,9 +1,7 @@
 #include "gateway/limits.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <vector>
 
 namespace aicloud::gateway {
 
@@ -36,19 +34,9 @@ void RateLimiter::DebitBucket(std::unordered_map<std::string, Bucket>& buckets, 
 
 RateVerdict RateLimiter::Admit(std::span<const LimitScope> scopes, int64_t tokens) {
   const int64_t now = clock_->NowMicros();
-  // The buckets the check found, taken from afterwards (an unordered_map's elements stay put).
-  constexpr size_t kInline = 4;
-  std::array<Bucket*, 2 * kInline> found_inline{};
-  std::vector<Bucket*> found_heap;
-  Bucket** found = found_inline.data();
-  if (scopes.size() > kInline) {
-    found_heap.assign(2 * scopes.size(), nullptr);
-    found = found_heap.data();
-  }
   std::lock_guard<std::mutex> lock(mu_);
   // Check every bucket first, then take from all: all or nothing.
-  for (size_t i = 0; i < scopes.size(); ++i) {
-    const LimitScope& s = scopes[i];
+  for (const LimitScope& s : scopes) {
     const Limits& l = *s.limits;
     if (l.rpm > 0) {
       Bucket& b = rpm_[s.name];
@@ -58,7 +46,6 @@ RateVerdict RateLimiter::Admit(std::span<const LimitScope> scopes, int64_t token
         return {false, "rate limit: " + s.name + " allows " + std::to_string(l.rpm) + " requests per minute",
                 std::max(1, static_cast<int>(std::ceil(wait_s)))};
       }
-      found[2 * i] = &b;
     }
     if (l.tpm > 0) {
       if (tokens > l.tpm) {
@@ -73,19 +60,20 @@ RateVerdict RateLimiter::Admit(std::span<const LimitScope> scopes, int64_t token
         return {false, "rate limit: " + s.name + " allows " + std::to_string(l.tpm) + " tokens per minute",
                 std::max(1, static_cast<int>(std::ceil(wait_s)))};
       }
-      found[2 * i + 1] = &b;
     }
   }
-  for (size_t i = 0; i < scopes.size(); ++i) {
-    if (Bucket* b = found[2 * i]) {
-      b->level -= 1;
-      b->taken += 1;
-      b->touched_us = now;
+  for (const LimitScope& s : scopes) {
+    if (s.limits->rpm > 0) {
+      Bucket& b = rpm_[s.name];
+      b.level -= 1;
+      b.taken += 1;
+      b.touched_us = now;
     }
-    if (Bucket* b = found[2 * i + 1]) {
-      b->level -= static_cast<double>(tokens);
-      b->taken += static_cast<double>(tokens);
-      b->touched_us = now;
+    if (s.limits->tpm > 0) {
+      Bucket& b = tpm_[s.name];
+      b.level -= static_cast<double>(tokens);
+      b.taken += static_cast<double>(tokens);
+      b.touched_us = now;
     }
   }
   return {};
