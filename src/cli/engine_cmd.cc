@@ -33,6 +33,8 @@ struct EngineFlags {
   int64_t max_model_len = 0;
   int max_waiting = 256;
   int static_batch = 0;
+  std::string prefill_order = "fcfs";
+  double max_overtake_s = 60;
   std::string dtype = "auto";
   std::string kv_dtype = "f16";
   std::vector<std::string> loras;
@@ -56,6 +58,18 @@ Status ToOptions(const EngineFlags& f, engine::EngineOptions* o) {
                                 " is not in [0, --max-num-seqs " + std::to_string(f.max_num_seqs) + "]");
   }
   o->static_batch_size = f.static_batch;
+  if (f.prefill_order == "fcfs") {
+    o->prefill_order = engine::PrefillOrder::kFcfs;
+  } else if (f.prefill_order == "shortest-first") {
+    o->prefill_order = engine::PrefillOrder::kShortestFirst;
+    if (f.static_batch > 0) return InvalidArgumentError("--prefill-order shortest-first: not with --static-batch");
+  } else {
+    return InvalidArgumentError("--prefill-order: \"" + f.prefill_order + "\" is not fcfs or shortest-first");
+  }
+  if (!(f.max_overtake_s > 0 && f.max_overtake_s <= 86400)) {
+    return InvalidArgumentError("--max-overtake: " + std::to_string(f.max_overtake_s) + " is not in (0, 86400] seconds");
+  }
+  o->max_overtake_micros = static_cast<int64_t>(f.max_overtake_s * 1e6);
   o->enable_prefix_caching = !f.no_prefix_caching;
   if (f.dtype == "auto") o->weights.reset();
   else if (f.dtype == "f32") o->weights = WeightFormat::kF32;
@@ -127,6 +141,13 @@ void AddEngine(CLI::App& app, int* exit_code) {
   cmd->add_option("--max-waiting", f->max_waiting, "queued requests before 429")->capture_default_str();
   cmd->add_option("--static-batch", f->static_batch,
                   "N > 0: static batching baseline (batches of N run to completion); 0: continuous")
+      ->capture_default_str();
+  cmd->add_option("--prefill-order", f->prefill_order,
+                  "fcfs: prompts prefilled in arrival order; shortest-first: fewest prompt tokens left first, "
+                  "none overtaken for longer than --max-overtake")
+      ->capture_default_str();
+  cmd->add_option("--max-overtake", f->max_overtake_s,
+                  "shortest-first: seconds after its arrival a request goes ahead of younger ones")
       ->capture_default_str();
   cmd->add_option("--lora", f->loras, "NAME=DIR of a PEFT adapter (repeatable)");
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "disable automatic prefix caching");

@@ -49,6 +49,9 @@ struct AutoscaleOptions : CommonOptions {
   int static_replicas = 0;
   double target = 99;
   std::string router = "score";
+  std::string prefill_order = "fcfs";
+  double max_overtake = 30;
+  double scale_down_window = 180;
 };
 
 struct RoutingOptions : CommonOptions {
@@ -92,7 +95,12 @@ int RunAutoscale(const AutoscaleOptions& o) {
   base.router = o.router;
   if (o.speedup > 0) base.model.speedup = o.speedup;
   base.model.cold_start_s = o.cold_start;
+  base.model.prefill_order = o.prefill_order == "shortest-first" ? sim::PrefillOrder::kShortestFirst : sim::PrefillOrder::kFcfs;
+  base.model.max_overtake_s = o.max_overtake;
   base.tick_s = o.tick;
+  base.scale_down_window_s = o.scale_down_window;
+  if (const char* e = std::getenv("BR")) base.burst_ratio = std::atof(e);
+  if (const char* e = std::getenv("BH")) base.burst_hold_s = std::atof(e);
   base.slo.ttft_p99_ms = o.ttft_slo_ms;
   base.provision_delay_s = o.provision_delay;
   base.warm_pool = o.warm_pool;
@@ -215,6 +223,19 @@ void AddSimulateServing(CLI::App& simulate, int* exit_code) {
       ->capture_default_str();
   as->add_option("--tick", a->tick, "ours: seconds between scaling decisions")
       ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  as->add_option("--scale-down-window", a->scale_down_window,
+                 "ours: seconds a higher recommendation holds before replicas are removed")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  as->add_option("--prefill-order", a->prefill_order,
+                 "Which running sequences a replica prefills first: fcfs (oldest) or shortest-first (fewest "
+                 "prompt tokens left; none overtaken for longer than --max-overtake)")
+      ->check(CLI::IsMember({"fcfs", "shortest-first"}))
+      ->capture_default_str();
+  as->add_option("--max-overtake", a->max_overtake,
+                 "shortest-first: seconds after its arrival a sequence goes ahead of every other")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   as->add_option("--min-replicas", a->min_replicas)->check(CLI::Range(0, 10000))->capture_default_str();
   as->add_option("--max-replicas", a->max_replicas)->check(CLI::Range(1, 10000))->capture_default_str();

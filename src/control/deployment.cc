@@ -24,6 +24,12 @@ constexpr Profile kProfiles[] = {
     {"throughput", 128, 2048},
 };
 
+std::string SecondsText(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
 bool ValidAdapterName(const std::string& s) {
   if (s.empty() || s.size() > 128) return false;
   for (char c : s) {
@@ -40,19 +46,25 @@ bool ValidAdapterName(const std::string& s) {
 json DeploymentSpec::Template() const {
   json adapters_json = json::array();
   for (const auto& [n, p] : adapters) adapters_json.push_back({{"name", n}, {"path", p}});
-  return {{"model", model},
-          {"servedModelName", served_model_name},
-          {"adapters", adapters_json},
-          {"resources", resources},
-          {"maxNumSeqs", max_num_seqs},
-          {"maxNumBatchedTokens", max_num_batched_tokens},
-          {"lane", lane},
-          {"threads", threads},
-          {"kvCacheGiB", kv_cache_gib},
-          {"dtype", dtype},
-          {"args", engine_args},
-          {"queue", queue},
-          {"priority", priority}};
+  json t = {{"model", model},
+            {"servedModelName", served_model_name},
+            {"adapters", adapters_json},
+            {"resources", resources},
+            {"maxNumSeqs", max_num_seqs},
+            {"maxNumBatchedTokens", max_num_batched_tokens},
+            {"lane", lane},
+            {"threads", threads},
+            {"kvCacheGiB", kv_cache_gib},
+            {"dtype", dtype},
+            {"args", engine_args},
+            {"queue", queue},
+            {"priority", priority}};
+  // Only when set, so that deployments made before the field keep their revision.
+  if (prefill_order != "fcfs") {
+    t["prefillOrder"] = prefill_order;
+    t["maxOvertakeSeconds"] = max_overtake_seconds;
+  }
+  return t;
 }
 
 std::string DeploymentSpec::Revision() const {
@@ -152,6 +164,14 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const json& spec, const std::string
       d.max_num_seqs = static_cast<int>(e["maxNumSeqs"].get<int64_t>());
       if (d.max_num_seqs < 1 || d.max_num_seqs > 4096) return FieldError("spec.engine.maxNumSeqs", "must be between 1 and 4096");
     }
+    d.prefill_order = e.value("prefillOrder", std::string("fcfs"));
+    if (d.prefill_order != "fcfs" && d.prefill_order != "shortest-first") {
+      return FieldError("spec.engine.prefillOrder", "\"" + d.prefill_order + "\" is not fcfs or shortest-first");
+    }
+    d.max_overtake_seconds = e.value("maxOvertakeSeconds", 60.0);
+    if (!(d.max_overtake_seconds > 0 && d.max_overtake_seconds <= 86400)) {
+      return FieldError("spec.engine.maxOvertakeSeconds", "must be in (0, 86400]");
+    }
     if (e.contains("args")) {
       for (const json& a : e["args"]) {
         const std::string s = a.get<std::string>();
@@ -210,6 +230,12 @@ json ReplicaJob(const DeploymentSpec& spec, const std::string& tenant, const std
   if (!spec.adapters.empty()) {
     argv.push_back("--max-loras");
     argv.push_back(std::to_string(std::max<size_t>(4, spec.adapters.size())));
+  }
+  if (spec.prefill_order != "fcfs") {
+    argv.push_back("--prefill-order");
+    argv.push_back(spec.prefill_order);
+    argv.push_back("--max-overtake");
+    argv.push_back(SecondsText(spec.max_overtake_seconds));
   }
   for (const std::string& a : spec.engine_args) argv.push_back(a);
   json job_spec = {{"command", argv},

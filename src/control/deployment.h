@@ -15,6 +15,7 @@
 //     lane: interactive                  # workload lane: the node pool replicas run in
 //     autoscaler: {policy: ours, targetConcurrency: 8}   # ours | hpa | kpa | aibrix
 //     engine: {threads: 2, kvCacheGiB: 1, dtype: auto, args: ["--max-model-len", "2048"]}
+//     engine: {prefillOrder: shortest-first, maxOvertakeSeconds: 60}   # default fcfs
 //     strategy: {maxSurge: 1, maxUnavailable: 0}         # rolling update (the default), or
 //     strategy: {type: Canary, canaryWeight: 10}         # new revision beside the stable one
 //     queue: serving                     # tenant queue (quota); priority: 100
@@ -60,6 +61,8 @@ struct DeploymentSpec {
   double kv_cache_gib = 1.0;
   std::string dtype = "auto";
   std::vector<std::string> engine_args;
+  std::string prefill_order = "fcfs";  // or "shortest-first" (engine --prefill-order)
+  double max_overtake_seconds = 60;    // shortest-first only (engine --max-overtake)
   int max_surge = 1;
   int max_unavailable = 0;
   bool canary = false;    // strategy.type Canary (else RollingUpdate)

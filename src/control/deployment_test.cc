@@ -52,6 +52,9 @@ TEST(DeploymentSpec, RejectsBadSpecsNamingTheField) {
       {{{"model", "/m"}, {"engine", {{"args", {"--port", "9"}}}}}, "spec.engine.args: \"--port\" is set by the platform"},
       {{{"model", "/m"}, {"engine", {{"args", {"--instance=x"}}}}}, "spec.engine.args: \"--instance=x\" is set by the platform"},
       {{{"model", "/m"}, {"engine", {{"dtype", "fp8"}}}}, "spec.engine.dtype"},
+      {{{"model", "/m"}, {"engine", {{"prefillOrder", "sjf"}}}}, "spec.engine.prefillOrder: \"sjf\" is not fcfs or shortest-first"},
+      {{{"model", "/m"}, {"engine", {{"prefillOrder", "shortest-first"}, {"maxOvertakeSeconds", 0}}}},
+       "spec.engine.maxOvertakeSeconds"},
       {{{"model", "/m"}, {"strategy", {{"maxSurge", 0}, {"maxUnavailable", 0}}}}, "spec.strategy"},
       {{{"model", "/m"}, {"resources", {{"gpu", {{"count", 0}}}}}}, "spec.resources.gpu.count"},
       {{{"model", "/m"}, {"slo", {{"ttftP99Ms", -5}}}}, "spec.slo.ttftP99Ms"},
@@ -108,6 +111,26 @@ TEST(DeploymentSpec, ReplicaJobRunsTheEngineAndRevisionTracksTheTemplate) {
   DeploymentSpec other = *d;
   other.threads = 4;
   EXPECT_NE(other.Revision(), d->Revision());
+  EXPECT_EQ(after("--prefill-order"), "<missing>");  // the engine's default
+  EXPECT_FALSE(d->Template().contains("prefillOrder")) << "an unset field must not change old revisions";
+
+  // The prefill order reaches the engine's command line and is a new revision.
+  StatusOr<DeploymentSpec> sf = ParseDeploymentSpec(
+      {{"model", "/models/tiny"}, {"engine", {{"prefillOrder", "shortest-first"}, {"maxOvertakeSeconds", 20}}}}, "chat");
+  ASSERT_TRUE(sf.ok()) << sf.status();
+  const auto sf_argv = ReplicaJob(*sf, "acme", "chat", "chat-x", 21001, "/bin/aicloud")["spec"]["command"]
+                           .get<std::vector<std::string>>();
+  auto sf_after = [&](const std::string& flag) {
+    for (size_t i = 0; i + 1 < sf_argv.size(); ++i) {
+      if (sf_argv[i] == flag) return sf_argv[i + 1];
+    }
+    return std::string("<missing>");
+  };
+  EXPECT_EQ(sf_after("--prefill-order"), "shortest-first");
+  EXPECT_EQ(sf_after("--max-overtake"), "20");
+  DeploymentSpec fcfs = *sf;
+  fcfs.prefill_order = "fcfs";
+  EXPECT_NE(fcfs.Revision(), sf->Revision());
 }
 
 TEST(EngineMetrics, ParsesTheGaugesTheAutoscalerReads) {

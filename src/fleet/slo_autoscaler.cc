@@ -62,10 +62,19 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
       if (work / (w + d) > need) need = work / (w + d), need_w = w;
     }
     const int curve = static_cast<int>(std::ceil(need / u - 1e-9));
+    if (config_.burst_ratio > 0 && need > config_.burst_ratio * std::max(mean_load, 1e-9)) bursts_.Add(now, curve);
     if (curve > rec) {
       rec = curve;
       why = fmt::format("ours: {:.0f} s of arrivals need {:.2f} replicas within {:.0f} ms at {:.0f}% -> {}", need_w,
                         need, s.slo.ttft_p99_ms, u * 100, rec);
+    }
+  }
+
+  if (config_.burst_ratio > 0) {
+    const int held = static_cast<int>(bursts_.Max(now, config_.burst_hold_s, 0));
+    if (held > rec) {
+      rec = held;
+      why = fmt::format("ours: burst held -> {}", rec);
     }
   }
 

@@ -49,6 +49,8 @@ struct SloAutoscalerConfig {
   double scale_up_step = 0.5;
   double scale_down_tolerance = 0.1;
   double scale_down_window_s = 180;
+  double burst_ratio = 0;       // EXPERIMENT
+  double burst_hold_s = 600;    // EXPERIMENT
   double max_scale_down_rate = 2;
   double idle_to_zero_s = 300;
   double lead_s = 210;          // 180 s node provisioning + 30 s replica cold start
@@ -82,6 +84,7 @@ class SloAutoscaler final : public Autoscaler {
   SampleWindow load_;
   SampleWindow recommendations_;
   SampleWindow recent_;  // step 1's L, over the longest arrival-curve window
+  SampleWindow bursts_{3600};
   double last_active_s_ = -1;
 };
 

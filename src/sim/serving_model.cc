@@ -68,14 +68,36 @@ void SimReplica::StartStep(double now_s) {
   int decoding = 0;
   int budget = model_.prefill_chunk_tokens;
   int prefill = 0;
-  for (Active& a : running_) {
+  auto give = [&](Active& a) {
+    a.chunk = std::min(a.prefill_left, budget);
+    budget -= a.chunk;
+    prefill += a.chunk;
+  };
+  order_.clear();
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Active& a = running_[i];
     a.chunk = 0;
     if (a.prefill_left == 0) {
       ++decoding;
+    } else if (model_.prefill_order == PrefillOrder::kShortestFirst) {
+      order_.push_back(static_cast<int>(i));
     } else if (budget > 0) {
-      a.chunk = std::min(a.prefill_left, budget);
-      budget -= a.chunk;
-      prefill += a.chunk;
+      give(a);
+    }
+  }
+  if (!order_.empty()) {
+    // Starved sequences first (oldest first), then the fewest tokens left; running_ is in
+    // admission order, which breaks ties.
+    auto key = [&](int i) {
+      const Active& a = running_[static_cast<size_t>(i)];
+      const double arrival = trace_.requests[static_cast<size_t>(a.request)].arrival_s;
+      const bool starved = now_s - arrival >= model_.max_overtake_s;
+      return std::make_pair(starved ? 0 : 1, starved ? 0 : a.prefill_left);
+    };
+    std::stable_sort(order_.begin(), order_.end(), [&](int x, int y) { return key(x) < key(y); });
+    for (int i : order_) {
+      if (budget <= 0) break;
+      give(running_[static_cast<size_t>(i)]);
     }
   }
   if (decoding == 0 && prefill == 0) {

@@ -10,6 +10,11 @@
 // base = 11.8 ms, per_seq = 2.49 ms, per_token = 1.92 ms. `speedup` scales the whole curve to
 // stand for a GPU replica (docs/autoscaling.md says which factor and why).
 //
+// Prefill order (`prefill_order`, the engine's SchedulerOptions::prefill_order): the step's prefill
+// budget goes to the running sequences oldest first (kFcfs), or to those with the fewest prompt
+// tokens left first (kShortestFirst), except that a sequence that has waited `max_overtake_s`
+// since it arrived goes ahead of every other, oldest first, so none starves.
+//
 // A replica keeps a prefix cache of prompt blocks (an LRU of block ids, as vLLM's free-block
 // LRU): at admission the leading blocks it holds are not prefilled again.
 #pragma once
@@ -25,6 +30,8 @@
 
 namespace aicloud::sim {
 
+enum class PrefillOrder { kFcfs, kShortestFirst };
+
 struct ReplicaModel {
   double speedup = 4;
   double step_base_s = 0.0118;
@@ -35,6 +42,8 @@ struct ReplicaModel {
   int prefill_chunk_tokens = 2048;
   double cold_start_s = 30;          // weights load + warm-up on a node that is already up
   int64_t prefix_cache_blocks = 0;   // 0 = kv_capacity_tokens / block size
+  PrefillOrder prefill_order = PrefillOrder::kFcfs;
+  double max_overtake_s = 30;        // kShortestFirst: the most a sequence can be overtaken
 
   double StepSeconds(int decoding, int prefill_tokens) const;
   // The capacity estimate an operator would profile: prefill-only tokens/s, and decode
@@ -91,6 +100,7 @@ class SimReplica {
   int index_;
   std::deque<int> waiting_;
   std::vector<Active> running_;
+  std::vector<int> order_;  // kShortestFirst: indices of running_ in the order prefill is given
   int64_t kv_used_ = 0;
   double step_start_s_ = 0;
   double next_event_s_;

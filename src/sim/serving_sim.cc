@@ -133,6 +133,9 @@ Status Replay::MakePolicy() {
     oc.arrival_curve = c_.arrival_curve;
     oc.lead_s = c_.provision_delay_s + c_.model.cold_start_s;
     oc.tick_s = c_.tick_s;
+    oc.scale_down_window_s = c_.scale_down_window_s;
+    oc.burst_ratio = c_.burst_ratio;
+    oc.burst_hold_s = c_.burst_hold_s;
     oc.forecast.period_s = c_.period_s;
     oc.forecast.bin_s = c_.period_s >= 86400 ? 300 : 60;
     auto ours = std::make_unique<fleet::SloAutoscaler>(oc);
@@ -414,6 +417,7 @@ StatusOr<ServingRun> Replay::Run() {
     ttft.push_back(ms);
     ttft_sum += ms;
     if (c_.slo.ttft_p99_ms <= 0 || ms <= c_.slo.ttft_p99_ms) ++met;
+    else if (std::getenv("AICLOUD_SIM_MISSES")) std::fprintf(stderr, "miss %.1f %.0f %d\n", r.arrival_s, ms, r.prompt_tokens);
     if (o.finish_s >= 0) {
       ++out.completed;
       e2e_sum += o.finish_s - r.arrival_s;

@@ -55,6 +55,8 @@ struct ServingConfig {
   double target_utilization = 0.7;   // "ours": share of replica capacity the sizing plans to use
   bool arrival_curve = true;         // "ours": size for the arrival curve at the SLO's timescale
   double tick_s = 5;                 // "ours": seconds between decisions
+  double scale_down_window_s = 180;  // "ours": the stabilization window of step 4
+  double burst_ratio = 0, burst_hold_s = 600;
   uint64_t seed = 42;
   double metrics_window_s = 30;      // replicas' TTFT/TPOT/tokens windows in the snapshot
   double sample_every_s = 10;

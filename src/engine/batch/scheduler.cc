@@ -48,6 +48,10 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& o
   if (o.static_batch_size < 0 || o.static_batch_size > o.max_num_seqs) {
     return bad("static_batch_size must be in [0, max_num_seqs]");
   }
+  if (o.prefill_order == PrefillOrder::kShortestFirst) {
+    if (o.static_batch_size > 0) return bad("the shortest-first prefill order needs continuous batching (static_batch_size 0)");
+    if (o.max_overtake_micros <= 0) return bad("max_overtake_micros must be > 0");
+  }
   for (int32_t t : o.eos_token_ids) {
     if (t < 0 || (o.vocab_size > 0 && t >= o.vocab_size)) {
       return bad("eos token id " + std::to_string(t) + " is outside the vocabulary");
@@ -189,16 +193,20 @@ StatusOr<StepPlan> Scheduler::Schedule() {
       ReserveOrPreempt(s, 1, entries, budget, plan);
     }
   }
-  // 3. Running sequences still prefilling (or recomputing): the next chunk, oldest first.
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    Sequence* s = running_[i];
-    const int64_t rest = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
-    if (rest > 0 && s->entry < 0) {
-      ReserveOrPreempt(s, static_cast<int32_t>(std::min(rest, budget)), entries, budget, plan);
+  if (options_.prefill_order == PrefillOrder::kShortestFirst) {
+    PrefillShortestFirst(entries, budget, plan);
+  } else {
+    // 3. Running sequences still prefilling (or recomputing): the next chunk, oldest first.
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Sequence* s = running_[i];
+      const int64_t rest = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
+      if (rest > 0 && s->entry < 0) {
+        ReserveOrPreempt(s, static_cast<int32_t>(std::min(rest, budget)), entries, budget, plan);
+      }
     }
+    // 4. Admission, unless memory was short enough to preempt.
+    if (plan.preempted.empty()) Admit(entries, budget);
   }
-  // 4. Admission, unless memory was short enough to preempt.
-  if (plan.preempted.empty()) Admit(entries, budget);
   // 5. The plan.
   BuildPlan(entries, plan);
   for (const Entry& e : entries) e.seq->entry = -1;
@@ -265,30 +273,77 @@ void Scheduler::Admit(std::vector<Entry>& entries, int64_t& budget) {
     }
   }
   const int64_t now = Now();
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < options_.max_num_seqs) {
+  while (!waiting_.empty() && budget > 0) {
     Sequence* s = waiting_.front();
     if (is_static && s->batch != batch_id_) break;
     // Strict FCFS: a head that cannot start blocks those behind it, so nobody starves.
-    if (!LoraAllows(s->scope.adapter_id)) break;
-    const int64_t rest = static_cast<int64_t>(s->tokens.size()) - kv_.CachedPrefixLength(s->tokens, s->scope);
-    const int32_t n = static_cast<int32_t>(std::min(rest, budget));
-    StatusOr<int64_t> cached =
-        kv_.Allocate(s->id, s->tokens, s->scope, n, /*apply_watermark=*/!running_.empty());
-    if (!cached.ok()) break;  // RESOURCE_EXHAUSTED: wait for blocks
+    if (!Start(s, entries, budget, now)) break;
     waiting_.pop_front();
-    s->running = true;
-    running_.push_back(s);
-    AddRunningAdapter(s->scope.adapter_id, +1);
-    s->num_computed = static_cast<int32_t>(*cached);
-    s->entry = static_cast<int32_t>(entries.size());
-    entries.push_back({s, s->num_computed, n, false});
-    s->num_computed += n;
-    budget -= n;
-    if (s->stats.first_scheduled_micros < 0) {
-      s->stats.first_scheduled_micros = now;
-      s->stats.num_cached_tokens = static_cast<int32_t>(*cached);
-      prompt_tokens_ += s->prompt_len;
+  }
+}
+
+bool Scheduler::Start(Sequence* s, std::vector<Entry>& entries, int64_t& budget, int64_t now) {
+  if (static_cast<int32_t>(running_.size()) >= options_.max_num_seqs) return false;
+  if (!LoraAllows(s->scope.adapter_id)) return false;
+  const int64_t rest = static_cast<int64_t>(s->tokens.size()) - kv_.CachedPrefixLength(s->tokens, s->scope);
+  const int32_t n = static_cast<int32_t>(std::min(rest, budget));
+  StatusOr<int64_t> cached =
+      kv_.Allocate(s->id, s->tokens, s->scope, n, /*apply_watermark=*/!running_.empty());
+  if (!cached.ok()) return false;  // RESOURCE_EXHAUSTED: wait for blocks
+  s->running = true;
+  running_.push_back(s);
+  AddRunningAdapter(s->scope.adapter_id, +1);
+  s->num_computed = static_cast<int32_t>(*cached);
+  s->entry = static_cast<int32_t>(entries.size());
+  entries.push_back({s, s->num_computed, n, false});
+  s->num_computed += n;
+  budget -= n;
+  if (s->stats.first_scheduled_micros < 0) {
+    s->stats.first_scheduled_micros = now;
+    s->stats.num_cached_tokens = static_cast<int32_t>(*cached);
+    prompt_tokens_ += s->prompt_len;
+  }
+  return true;
+}
+
+void Scheduler::PrefillShortestFirst(std::vector<Entry>& entries, int64_t& budget, StepPlan& plan) {
+  struct Candidate {
+    Sequence* s;
+    bool starved;
+    int64_t rest;  // prompt tokens left; a waiting sequence counts its whole prompt
+  };
+  const int64_t now = Now();
+  std::vector<Candidate> order;
+  auto add = [&](Sequence* s, int64_t rest) {
+    order.push_back({s, now - s->stats.arrival_micros >= options_.max_overtake_micros, rest});
+  };
+  for (Sequence* s : running_) {
+    const int64_t rest = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
+    if (rest > 0 && s->entry < 0) add(s, rest);
+  }
+  for (Sequence* s : waiting_) add(s, static_cast<int64_t>(s->tokens.size()));
+  // Starved ones first, oldest first; then the fewest tokens left, the older first on a tie.
+  std::sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.starved != b.starved) return a.starved;
+    if (!a.starved && a.rest != b.rest) return a.rest < b.rest;
+    return a.s->order < b.s->order;
+  });
+  bool admitting = plan.preempted.empty();  // no admission in a step that had to preempt
+  for (const Candidate& c : order) {
+    if (budget <= 0) break;
+    Sequence* s = c.s;
+    if (s->running) {
+      const int64_t rest = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
+      if (s->entry >= 0 || rest <= 0) continue;
+      const size_t preempted = plan.preempted.size();
+      ReserveOrPreempt(s, static_cast<int32_t>(std::min(rest, budget)), entries, budget, plan);
+      if (plan.preempted.size() != preempted) admitting = false;
+    } else if (admitting && std::find(plan.preempted.begin(), plan.preempted.end(), s->id) == plan.preempted.end()) {
+      if (Start(s, entries, budget, now)) {
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+      } else if (c.starved) {
+        admitting = false;  // as the FCFS head: nobody younger starts before it
+      }
     }
   }
 }

@@ -30,6 +30,14 @@
 //      Admission is strictly first-come-first-served: the head is never overtaken, so no
 //      request starves. No admission in a step that had to preempt.
 //   5. Emit the plan: tokens, positions, slot mapping, block tables, which logits to sample.
+// That is the default order (PrefillOrder::kFcfs, as vLLM and SGLang by default). With
+// kShortestFirst, steps 3 and 4 become one: the sequences still prefilling and the waiting ones
+// get the step's prefill budget fewest prompt tokens left first (a waiting one counts its whole
+// prompt), so a short prompt is not queued behind a long one (shortest remaining processing
+// time, which minimizes mean waiting). Nobody starves: a sequence that arrived
+// `max_overtake_micros` ago or earlier goes ahead of every younger one, oldest first, and a
+// waiting one of those that cannot start (KV, max_loras) blocks admission behind it as the
+// FCFS head does. RESULTS.md section 7 measures what the order is worth on TTFT.
 // A prompt longer than the budget is thus split across steps (chunked prefill), and the
 // decodes of running sequences are scheduled before any prefill, so a long prompt never
 // stalls them.
@@ -80,6 +88,9 @@
 
 namespace aicloud::engine {
 
+// Which prefill is served first (see the file comment).
+enum class PrefillOrder { kFcfs, kShortestFirst };
+
 struct SchedulerOptions {
   // Tokens per step, prefill and decode together (vLLM: max_num_batched_tokens; 2048 on its
   // API server). Every running sequence waits for the whole step between two of its tokens,
@@ -108,6 +119,11 @@ struct SchedulerOptions {
   uint64_t seed = 0;
   // > 0: static batching baseline with batches of this many requests (<= max_num_seqs).
   int32_t static_batch_size = 0;
+  // Order of the prefill budget among sequences still computing their prompt.
+  PrefillOrder prefill_order = PrefillOrder::kFcfs;
+  // kShortestFirst: after this long since its arrival a sequence goes ahead of younger ones.
+  // 60 s keeps most of the order's gain on the Azure code trace (RESULTS.md section 7).
+  int64_t max_overtake_micros = 60'000'000;
   // The KV pool: num_blocks (required), block_size, watermark, prefix caching.
   BlockManagerOptions kv;
 };
@@ -199,6 +215,11 @@ class Scheduler {
                         StepPlan& plan);
   void Preempt(Sequence* s, std::vector<Entry>& entries, int64_t& budget, StepPlan& plan);
   void Admit(std::vector<Entry>& entries, int64_t& budget);
+  // kShortestFirst's steps 3 and 4.
+  void PrefillShortestFirst(std::vector<Entry>& entries, int64_t& budget, StepPlan& plan);
+  // Starts waiting sequence s (not removed from waiting_) with its first chunk. False, changing
+  // nothing, when max_num_seqs, max_loras or the KV blocks do not allow it.
+  bool Start(Sequence* s, std::vector<Entry>& entries, int64_t& budget, int64_t now);
   bool LoraAllows(int32_t adapter) const;
   void AddRunningAdapter(int32_t adapter, int delta);
   // Ends a request: frees its KV, drops it from every queue, fills out's finish and stats.

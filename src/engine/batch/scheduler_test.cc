@@ -227,6 +227,19 @@ TEST(SchedulerTest, CreateValidatesOptions) {
       {"static above seqs", [](SchedulerOptions& o) { o.static_batch_size = 65; }, "static_batch_size"},
       {"eos outside vocab", [](SchedulerOptions& o) { o.eos_token_ids = {64}; }, "eos token id 64"},
       {"no blocks", [](SchedulerOptions& o) { o.kv.num_blocks = 0; }, "num_blocks"},
+      {"shortest first", [](SchedulerOptions& o) { o.prefill_order = PrefillOrder::kShortestFirst; }, nullptr},
+      {"shortest first, static",
+       [](SchedulerOptions& o) {
+         o.prefill_order = PrefillOrder::kShortestFirst;
+         o.static_batch_size = 4;
+       },
+       "needs continuous batching"},
+      {"shortest first, no overtake bound",
+       [](SchedulerOptions& o) {
+         o.prefill_order = PrefillOrder::kShortestFirst;
+         o.max_overtake_micros = 0;
+       },
+       "max_overtake_micros"},
   };
   for (const Case& c : cases) {
     SchedulerOptions o = Options(512, 64, 100);
@@ -322,6 +335,11 @@ TEST(SchedulerTest, OutputsIndependentOfArrivalBatchingBudgetAndPreemption) {
   };
   std::map<int64_t, std::vector<Request>> at_once;
   at_once[0] = reqs;
+  auto shortest = [](SchedulerOptions& o) { o.prefill_order = PrefillOrder::kShortestFirst; };
+  auto shortest_5ms = [](SchedulerOptions& o) {
+    o.prefill_order = PrefillOrder::kShortestFirst;
+    o.max_overtake_micros = 5000;
+  };
   const std::vector<Case> cases = {
       {"default, staggered", opts(512, 64, 4096, 16, nullptr), Staggered(reqs, 3), false},
       {"all at once", opts(512, 64, 4096, 16, nullptr), at_once, false},
@@ -340,10 +358,25 @@ TEST(SchedulerTest, OutputsIndependentOfArrivalBatchingBudgetAndPreemption) {
        Staggered(reqs, 1), false},
       {"static 6, tiny pool", opts(64, 16, 16, 16, [](SchedulerOptions& o) { o.static_batch_size = 6; }),
        at_once, true},
+      {"shortest first", opts(37, 5, 4096, 16, shortest), Staggered(reqs, 2), false},
+      {"shortest first, all at once", opts(64, 16, 4096, 16, shortest), at_once, false},
+      {"shortest first, tiny pool", opts(64, 16, 12, 16, shortest), at_once, true},
+      {"shortest first, tiny pool, staggered", opts(48, 12, 14, 16, shortest), Staggered(reqs, 2), true},
+      // Overtaking bounded at 5 steps of the fake clock: starved and fresh sequences mix.
+      {"shortest first, overtake 5 ms", opts(64, 16, 12, 16, shortest_5ms), at_once, true},
+      {"shortest first, max_loras 1", opts(128, 16, 4096, 16,
+                                           [](SchedulerOptions& o) {
+                                             o.prefill_order = PrefillOrder::kShortestFirst;
+                                             o.max_loras = 1;
+                                           }),
+       Staggered(reqs, 1), false},
   };
   for (const Case& c : cases) {
     DriveOptions d;
     d.arrivals = c.arrivals;
+    FakeClock clock;
+    d.clock = &clock;
+    d.advance = &clock;
     const RunResult run = Drive(c.options, d);
     ExpectMatchesReference(run, reqs, c.name);
     if (c.expect_preemption) {
@@ -353,6 +386,104 @@ TEST(SchedulerTest, OutputsIndependentOfArrivalBatchingBudgetAndPreemption) {
       EXPECT_GT(run.final_stats.kv.prefix_hits, 0) << c.name << ": shared prefixes should hit";
     }
   }
+}
+
+// ---- Prefill order ---------------------------------------------------------------------------
+
+// A long prompt is being prefilled when a short one arrives: FCFS makes the short one wait for the
+// whole long prompt; shortest-first prefills it in the next step and gives the long one the rest.
+TEST(SchedulerTest, ShortestFirstLetsAShortPromptOvertakeALongPrefill) {
+  for (PrefillOrder order : {PrefillOrder::kFcfs, PrefillOrder::kShortestFirst}) {
+    const bool sf = order == PrefillOrder::kShortestFirst;
+    SchedulerOptions o = Options(64, 8, 4096);
+    o.max_model_len = 2048;
+    o.prefill_order = order;
+    FakeClock clock;
+    auto s = *Scheduler::Create(o, &clock);
+    FakeRunner runner(o.kv.num_blocks, 16, kVocab);
+    Rng rng(3);
+    Request long_one;
+    long_one.id = 1;
+    long_one.prompt = RandomTokens(rng, 640);
+    long_one.sampling.max_tokens = 2;
+    long_one.sampling.seed = 1;
+    ASSERT_TRUE(s->Add(long_one).ok());
+    StepPlan first = *s->Schedule();
+    ASSERT_EQ(first.seqs.size(), 1u);
+    EXPECT_EQ(first.seqs[0].num_tokens, 64);
+    Apply(*s, runner, first);
+    Request short_one;
+    short_one.id = 2;
+    short_one.prompt = RandomTokens(rng, 20);
+    short_one.sampling.max_tokens = 2;
+    short_one.sampling.seed = 2;
+    ASSERT_TRUE(s->Add(short_one).ok());
+    int first_token_step = -1;
+    int32_t long_done = 64;
+    for (int step = 1; step <= 12 && first_token_step < 0; ++step) {
+      clock.Advance(1000);
+      StepPlan plan = *s->Schedule();
+      for (const ScheduledSeq& ps : plan.seqs) {
+        if (ps.id == 1 && ps.is_prefill) long_done += ps.num_tokens;
+        if (ps.id == 2 && ps.needs_logits) first_token_step = step;
+        if (sf && step == 1) {
+          // The short prompt whole, the long one what is left of the budget.
+          EXPECT_EQ(ps.num_tokens, ps.id == 2 ? 20 : 44) << "request " << ps.id;
+        }
+      }
+      Apply(*s, runner, plan);
+    }
+    if (sf) {
+      EXPECT_EQ(first_token_step, 1);
+    } else {
+      EXPECT_EQ(first_token_step, 10) << "FCFS: after the long prompt's 9 remaining chunks";
+      EXPECT_EQ(long_done, 640);
+    }
+  }
+}
+
+// A stream of short prompts that would take every step's whole budget does not starve a long
+// one: once it has waited max_overtake_micros it goes first, and then it is done in
+// ceil(prompt / budget) steps.
+TEST(SchedulerTest, ShortestFirstServesASequenceThatWaitedTooLongFirst) {
+  SchedulerOptions o = Options(64, 16, 4096);
+  o.max_model_len = 2048;
+  o.prefill_order = PrefillOrder::kShortestFirst;
+  o.max_overtake_micros = 10'000;  // 10 steps of 1 ms
+  FakeClock clock;
+  auto s = *Scheduler::Create(o, &clock);
+  FakeRunner runner(o.kv.num_blocks, 16, kVocab);
+  Rng rng(4);
+  Request long_one;
+  long_one.id = 1;
+  long_one.prompt = RandomTokens(rng, 320);
+  long_one.sampling.max_tokens = 1;
+  long_one.sampling.seed = 1;
+  ASSERT_TRUE(s->Add(long_one).ok());
+  int32_t long_done = 0;
+  int first_long_step = -1, long_finished_step = -1;
+  for (int step = 0; step < 40 && long_finished_step < 0; ++step) {
+    Request short_one;  // one token of output: it leaves in the step that prefills it
+    short_one.id = static_cast<RequestId>(100 + step);
+    short_one.prompt = RandomTokens(rng, 64);
+    short_one.sampling.max_tokens = 1;
+    short_one.sampling.seed = short_one.id;
+    ASSERT_TRUE(s->Add(short_one).ok());
+    StepPlan plan = *s->Schedule();
+    for (const ScheduledSeq& ps : plan.seqs) {
+      if (ps.id != 1) continue;
+      if (first_long_step < 0) first_long_step = step;
+      long_done += ps.num_tokens;
+    }
+    for (const RequestOutput& e : Apply(*s, runner, plan)) {
+      if (e.id == 1 && e.finish) long_finished_step = step;
+    }
+    clock.Advance(1000);
+  }
+  // Shorter prompts took every step until the long one had waited 10 ms.
+  EXPECT_EQ(first_long_step, 10);
+  EXPECT_EQ(long_done, 320);
+  EXPECT_EQ(long_finished_step, 14);  // 5 steps of 64
 }
 
 // ---- Chunked prefill -------------------------------------------------------------------------

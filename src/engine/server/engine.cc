@@ -104,6 +104,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
   so.max_num_batched_tokens = options.max_num_batched_tokens;
   so.max_num_seqs = options.max_num_seqs;
   so.static_batch_size = options.static_batch_size;
+  so.prefill_order = options.prefill_order;
+  so.max_overtake_micros = options.max_overtake_micros;
   so.max_model_len = static_cast<int32_t>(e->max_model_len_);
   for (int64_t id : c.eos_token_ids) so.eos_token_ids.push_back(static_cast<int32_t>(id));
   if (so.eos_token_ids.empty() && e->tokenizer_->eos_id()) so.eos_token_ids.push_back(*e->tokenizer_->eos_id());

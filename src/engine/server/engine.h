@@ -60,6 +60,9 @@ struct EngineOptions {
   // > 0: static batching with batches of this many requests, run until all of them finish
   // before the next batch starts (the baseline for comparisons; see batch/scheduler.h).
   int32_t static_batch_size = 0;
+  // Which prompts are prefilled first, and for how long one can be overtaken (batch/scheduler.h).
+  PrefillOrder prefill_order = PrefillOrder::kFcfs;
+  int64_t max_overtake_micros = 60'000'000;
   bool enable_prefix_caching = true;
   // LoRA adapters served at start (name, PEFT directory); more can be loaded at run time.
   std::vector<std::pair<std::string, std::string>> loras;
