@@ -11,6 +11,8 @@
 //
 //   build/bench/serving_bench [--history-days 3] [--replicas 16] [--speedup 4] [--ttft-slo-ms 5000]
 //                             [--routing-speedup 8] [--utilization 0.7] [--plot-dir docs/img]
+//                             [--prefill-order fcfs|shortest-first]
+// --prefill-order applies to every replica of every fleet (static ones included).
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -49,7 +51,9 @@ int main(int argc, char** argv) {
   double slo_ms = 5000;
   std::string plot_dir;
   double utilization = 0.7;
+  std::string prefill_order = "fcfs";
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--prefill-order")) prefill_order = argv[i + 1];
     if (!std::strcmp(argv[i], "--history-days")) history_days = std::stoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--replicas")) replicas = std::stoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--speedup")) speedup = std::stod(argv[i + 1]);
@@ -57,6 +61,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--ttft-slo-ms")) slo_ms = std::stod(argv[i + 1]);
     if (!std::strcmp(argv[i], "--utilization")) utilization = std::stod(argv[i + 1]);
     if (!std::strcmp(argv[i], "--plot-dir")) plot_dir = argv[i + 1];
+  }
+  if (prefill_order != "fcfs" && prefill_order != "shortest-first") {
+    std::cerr << "error: --prefill-order: \"" << prefill_order << "\" is not fcfs or shortest-first\n";
+    return 2;
   }
   const std::string dir = std::string(AICLOUD_SOURCE_DIR) + "/data/traces/";
 
@@ -69,10 +77,12 @@ int main(int argc, char** argv) {
     }
     sim::ServingConfig c;
     c.model.speedup = speedup;
+    c.model.prefill_order =
+        prefill_order == "shortest-first" ? sim::PrefillOrder::kShortestFirst : sim::PrefillOrder::kFcfs;
     c.slo.ttft_p99_ms = slo_ms;
     c.target_utilization = utilization;
-    std::cout << fmt::format("\n### Azure {} ({} requests, {:.0f} s), TTFT SLO {:.0f} ms, speedup {}\n\n", name,
-                             trace->requests.size(), trace->span_s(), c.slo.ttft_p99_ms, speedup);
+    std::cout << fmt::format("\n### Azure {} ({} requests, {:.0f} s), TTFT SLO {:.0f} ms, speedup {}, prefill {}\n\n",
+                             name, trace->requests.size(), trace->span_s(), c.slo.ttft_p99_ms, speedup, prefill_order);
     std::cout << "| policy | TTFT within SLO | TTFT p50 ms | TTFT p99 ms | GPU-hours | vs peak minute | vs peak at SLO timescale | vs smallest static | peak GPUs | mean GPUs | direction changes | replay wall |\n";
     std::cout << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     Clock::time_point t0 = Clock::now();
@@ -115,14 +125,18 @@ int main(int argc, char** argv) {
         slo_peak_h, Seconds(t0));
     c.max_concurrency = sim::ProfiledConcurrency(*st);
     std::vector<sim::ServingRun> runs{*st};
-    for (const char* policy : {"hpa", "kpa", "aibrix", "ours-curve", "ours+history-curve", "ours", "ours+history"}) {
+    for (const char* policy :
+         {"hpa", "kpa", "aibrix", "ours-curve", "ours+history-curve", "ours-burst", "ours", "ours+history"}) {
       const std::string p = policy;
       sim::ServingConfig pc = c;
       pc.policy = p.starts_with("ours") ? "ours" : p;
       pc.history_days = p.starts_with("ours+history") ? history_days : 0;
+      // "-curve": neither the arrival curve (step 1b) nor the burst hold built on it (1c).
       pc.arrival_curve = !p.ends_with("-curve");
+      if (p.ends_with("-curve") || p.ends_with("-burst")) pc.burst_ratio = 0;
       std::string label = pc.history_days > 0 ? fmt::format("ours, {} days of history", pc.history_days) : pc.policy;
       if (!pc.arrival_curve) label += ", without arrival-curve sizing";
+      else if (pc.burst_ratio == 0) label += ", without burst hold";
       t0 = Clock::now();
       StatusOr<sim::ServingRun> run = sim::RunServing(*trace, pc);
       if (!run.ok()) {

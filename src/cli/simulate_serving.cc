@@ -50,8 +50,10 @@ struct AutoscaleOptions : CommonOptions {
   double target = 99;
   std::string router = "score";
   std::string prefill_order = "fcfs";
-  double max_overtake = 30;
+  double max_overtake = 60;
   double scale_down_window = 180;
+  double burst_ratio = 2;
+  double burst_hold = 600;
 };
 
 struct RoutingOptions : CommonOptions {
@@ -99,8 +101,8 @@ int RunAutoscale(const AutoscaleOptions& o) {
   base.model.max_overtake_s = o.max_overtake;
   base.tick_s = o.tick;
   base.scale_down_window_s = o.scale_down_window;
-  if (const char* e = std::getenv("BR")) base.burst_ratio = std::atof(e);
-  if (const char* e = std::getenv("BH")) base.burst_hold_s = std::atof(e);
+  base.burst_ratio = o.burst_ratio;
+  base.burst_hold_s = o.burst_hold;
   base.slo.ttft_p99_ms = o.ttft_slo_ms;
   base.provision_delay_s = o.provision_delay;
   base.warm_pool = o.warm_pool;
@@ -226,6 +228,14 @@ void AddSimulateServing(CLI::App& simulate, int* exit_code) {
       ->capture_default_str();
   as->add_option("--scale-down-window", a->scale_down_window,
                  "ours: seconds a higher recommendation holds before replicas are removed")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  as->add_option("--burst-ratio", a->burst_ratio,
+                 "ours: arrivals at the SLO's timescale above this many times the mean load are a burst, whose "
+                 "size is kept --burst-hold seconds (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  as->add_option("--burst-hold", a->burst_hold, "ours: seconds a burst's size is kept")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   as->add_option("--prefill-order", a->prefill_order,

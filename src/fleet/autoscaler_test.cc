@@ -302,6 +302,60 @@ TEST(SloAutoscalerTest, ArrivalCurveSizesABurstAtTheSloTimescale) {
   EXPECT_EQ(ours.Recommend(s).desired, 5);
 }
 
+// The burst of the test above (need 20 replicas against a 30 s mean of 7.5: above 2x) keeps its
+// 29 replicas for burst_hold_s while a trickle goes on, though the 180 s stabilization window
+// alone would let them go; a burst that needs under 2x the mean is not held; and once the
+// deployment has been idle for idle_to_zero_s the burst is forgotten.
+TEST(SloAutoscalerTest, ABurstsSizeIsHeldForTheNextOne) {
+  enum Case { kHeld, kOff, kIdle };
+  for (Case k : {kHeld, kOff, kIdle}) {
+    SCOPED_TRACE(k == kHeld ? "held" : k == kOff ? "burst hold off" : "idle");
+    SloAutoscalerConfig c = OursConfig();
+    c.predictive = false;
+    if (k == kOff) c.burst_ratio = 0;
+    SloAutoscaler ours(c);
+    auto at = [&](double t, double prompt_tps, int current) {
+      DeploymentSnapshot s = Snap(t, current, 0);
+      s.capacity = {32, 1000, 1000};
+      s.slo.ttft_p99_ms = 5000;
+      s.prompt_tokens_per_s = prompt_tps;
+      s.arrival_rps = prompt_tps > 0 ? 1 : 0;
+      return ours.Recommend(s);
+    };
+    for (double t = 0; t < 60; t += 5) at(t, 0, 4);
+    at(60, 15000, 4);
+    ScaleDecision d = at(65, 30000, 4);
+    ASSERT_EQ(d.desired, 29) << d.reason;
+    // A trickle (0.5 replicas) after the burst, on the 29 replicas it got.
+    const double trickle = k == kIdle ? 0 : 500;
+    for (double t = 70; t < 480; t += 5) d = at(t, trickle, 29);
+    if (k == kHeld) {
+      EXPECT_EQ(d.desired, 29) << d.reason;
+      EXPECT_NE(d.reason.find("burst"), std::string::npos) << d.reason;
+    } else {
+      EXPECT_LT(d.desired, 29) << d.reason;
+    }
+    // After burst_hold_s (and the stabilization window after it) the held size goes too.
+    for (double t = 480; t < 900; t += 5) d = at(t, trickle, 29);
+    EXPECT_LT(d.desired, 29) << d.reason;
+  }
+  // A rise to twice the quiet mean at most is no burst: 1,500 tokens/s for a minute, then 3,000
+  // (mean 1.5 -> 3 replicas; at the SLO's timescale at most 3x10/15 + ... < 2x the mean).
+  SloAutoscalerConfig c = OursConfig();
+  c.predictive = false;
+  SloAutoscaler ours(c);
+  ScaleDecision d;
+  for (double t = 0; t < 120; t += 5) {
+    DeploymentSnapshot s = Snap(t, 6, 0);
+    s.capacity = {32, 1000, 1000};
+    s.slo.ttft_p99_ms = 5000;
+    s.prompt_tokens_per_s = t < 60 ? 1500 : 3000;
+    s.arrival_rps = 1;
+    d = ours.Recommend(s);
+    EXPECT_EQ(d.reason.find("burst"), std::string::npos) << "t=" << t << ": " << d.reason;
+  }
+}
+
 TEST(SloAutoscalerTest, PredictivePreWarmFiresOneLeadBeforeALearnedRise) {
   SloAutoscalerConfig c = OursConfig();
   c.forecast.period_s = 3600;

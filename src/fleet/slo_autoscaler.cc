@@ -19,7 +19,8 @@ SloAutoscaler::SloAutoscaler(SloAutoscalerConfig config)
       forecaster_(config.forecast),
       load_(std::max(config.load_window_s, 1.0)),
       recommendations_(std::max(config.scale_down_window_s, 1.0)),
-      recent_(kLongestArrivalWindowS) {}
+      recent_(kLongestArrivalWindowS),
+      bursts_(std::max(config.burst_hold_s, 1.0)) {}
 
 double SloAutoscaler::Load(const DeploymentSnapshot& s) {
   const ReplicaCapacity& c = s.capacity;
@@ -62,7 +63,11 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
       if (work / (w + d) > need) need = work / (w + d), need_w = w;
     }
     const int curve = static_cast<int>(std::ceil(need / u - 1e-9));
-    if (config_.burst_ratio > 0 && need > config_.burst_ratio * std::max(mean_load, 1e-9)) bursts_.Add(now, curve);
+    // A burst is one that needs more than one replica: a lone request to an idle deployment
+    // (mean load ~0) is not one.
+    if (config_.burst_ratio > 0 && config_.burst_hold_s > 0 && curve >= 2 && need > config_.burst_ratio * mean_load) {
+      bursts_.Add(now, curve);
+    }
     if (curve > rec) {
       rec = curve;
       why = fmt::format("ours: {:.0f} s of arrivals need {:.2f} replicas within {:.0f} ms at {:.0f}% -> {}", need_w,
@@ -70,11 +75,14 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
     }
   }
 
-  if (config_.burst_ratio > 0) {
+  // 1c. What a recent burst asked for. Nothing once the deployment has been idle long enough to
+  // scale to zero: the cluster of bursts is over.
+  if (last_active_s_ >= 0 && now - last_active_s_ >= config_.idle_to_zero_s) bursts_.Clear();
+  if (!bursts_.empty()) {
     const int held = static_cast<int>(bursts_.Max(now, config_.burst_hold_s, 0));
     if (held > rec) {
       rec = held;
-      why = fmt::format("ours: burst held -> {}", rec);
+      why = fmt::format("ours: a burst within the last {:.0f} s needed {} -> {}", config_.burst_hold_s, held, rec);
     }
   }
 

@@ -43,7 +43,7 @@ struct ReplicaModel {
   double cold_start_s = 30;          // weights load + warm-up on a node that is already up
   int64_t prefix_cache_blocks = 0;   // 0 = kv_capacity_tokens / block size
   PrefillOrder prefill_order = PrefillOrder::kFcfs;
-  double max_overtake_s = 30;        // kShortestFirst: the most a sequence can be overtaken
+  double max_overtake_s = 60;        // kShortestFirst: the most a sequence can be overtaken
 
   double StepSeconds(int decoding, int prefill_tokens) const;
   // The capacity estimate an operator would profile: prefill-only tokens/s, and decode

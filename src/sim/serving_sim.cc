@@ -417,7 +417,6 @@ StatusOr<ServingRun> Replay::Run() {
     ttft.push_back(ms);
     ttft_sum += ms;
     if (c_.slo.ttft_p99_ms <= 0 || ms <= c_.slo.ttft_p99_ms) ++met;
-    else if (std::getenv("AICLOUD_SIM_MISSES")) std::fprintf(stderr, "miss %.1f %.0f %d\n", r.arrival_s, ms, r.prompt_tokens);
     if (o.finish_s >= 0) {
       ++out.completed;
       e2e_sum += o.finish_s - r.arrival_s;

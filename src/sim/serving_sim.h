@@ -56,7 +56,8 @@ struct ServingConfig {
   bool arrival_curve = true;         // "ours": size for the arrival curve at the SLO's timescale
   double tick_s = 5;                 // "ours": seconds between decisions
   double scale_down_window_s = 180;  // "ours": the stabilization window of step 4
-  double burst_ratio = 0, burst_hold_s = 600;
+  double burst_ratio = 2;            // "ours": step 1c (fleet/slo_autoscaler.h); 0 = off
+  double burst_hold_s = 600;
   uint64_t seed = 42;
   double metrics_window_s = 30;      // replicas' TTFT/TPOT/tokens windows in the snapshot
   double sample_every_s = 10;

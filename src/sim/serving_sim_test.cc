@@ -42,6 +42,39 @@ TEST(SimReplicaTest, UnloadedLatencyIsPrefillThenOneStepPerToken) {
   EXPECT_DOUBLE_EQ(r.kv_usage(), 0);
 }
 
+// A 20,000-token prompt, then a 100-token one: in arrival order the short one waits for the whole
+// long prefill; shortest-first prefills it in the next step; and with max_overtake_s passed the
+// long one goes first again.
+TEST(SimReplicaTest, PrefillOrder) {
+  ServingTrace t;
+  t.requests.push_back({0, 20000, 1, {}});
+  t.requests.push_back({0.001, 100, 1, {}});
+  struct Case {
+    PrefillOrder order;
+    double max_overtake_s;
+    bool short_first;
+  };
+  for (Case c : {Case{PrefillOrder::kFcfs, 60, false}, Case{PrefillOrder::kShortestFirst, 60, true},
+                 Case{PrefillOrder::kShortestFirst, 0.0005, false}}) {
+    ReplicaModel m;
+    m.prefill_order = c.order;
+    m.max_overtake_s = c.max_overtake_s;
+    std::vector<RequestOutcome> out(2);
+    SimReplica r(m, t, &out, nullptr, "r0", 0);
+    r.Enqueue(0, 0);
+    r.Enqueue(1, 0.001);
+    while (r.next_event_s() < 1e18) r.CompleteStep();
+    ASSERT_GT(out[0].first_token_s, 0);
+    ASSERT_GT(out[1].first_token_s, 0);
+    EXPECT_EQ(out[1].first_token_s < out[0].first_token_s, c.short_first)
+        << "order " << static_cast<int>(c.order) << ", max overtake " << c.max_overtake_s;
+    if (c.short_first) {
+      // The first step (2,048 tokens of the long one) was under way; the short one is in the next.
+      EXPECT_NEAR(out[1].first_token_s, m.StepSeconds(0, 2048) * 2, 1e-9);
+    }
+  }
+}
+
 TEST(SimReplicaTest, PrefixCacheSkipsCachedBlocks) {
   ServingTrace t;
   t.block_tokens = 512;
