@@ -302,7 +302,7 @@ TEST(SloAutoscalerTest, ArrivalCurveSizesABurstAtTheSloTimescale) {
   EXPECT_EQ(ours.Recommend(s).desired, 5);
 }
 
-// The burst of the test above (need 20 replicas against a 30 s mean of 7.5: above 2x) keeps its
+// The burst of the test above (need 20 replicas against a 160 s mean of ~3.2: above 2x) keeps its
 // 29 replicas for burst_hold_s while a trickle goes on, though the 180 s stabilization window
 // alone would let them go; a burst that needs under 2x the mean is not held; and once the
 // deployment has been idle for idle_to_zero_s the burst is forgotten.

@@ -63,9 +63,10 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
       if (work / (w + d) > need) need = work / (w + d), need_w = w;
     }
     const int curve = static_cast<int>(std::ceil(need / u - 1e-9));
-    // A burst is one that needs more than one replica: a lone request to an idle deployment
-    // (mean load ~0) is not one.
-    if (config_.burst_ratio > 0 && config_.burst_hold_s > 0 && curve >= 2 && need > config_.burst_ratio * mean_load) {
+    // Against the mean of the longest window, which the burst itself moves least. A burst needs
+    // more than one replica: a lone request to an idle deployment (mean ~0) is not one.
+    const double base = recent_.Mean(now, kLongestArrivalWindowS, load);
+    if (config_.burst_ratio > 0 && config_.burst_hold_s > 0 && curve >= 2 && need > config_.burst_ratio * base) {
       bursts_.Add(now, curve);
     }
     if (curve > rec) {

@@ -13,8 +13,8 @@
 //              no request waits longer than D — is max(work_W / (W + D)) replicas; the size is at
 //              least that / target_utilization. A 10-second burst that the 30 s mean dilutes
 //              counts at its own timescale, and step 4 holds it for the stabilization window.
-//   1c. burst hold  when that need is above `burst_ratio` (2) x the mean load of step 1, the
-//              load came as a burst, and the size it asked for is kept `burst_hold_s` (600 s).
+//   1c. burst hold  when that need is above `burst_ratio` (2) x the mean load of the last 160 s,
+//              the load came as a burst, and the size it asked for is kept `burst_hold_s` (600 s).
 //              Bursts come in clusters (Azure code: 10-20 s bursts, median gap 60 s), and a
 //              replica asked for when the next one arrives is ready 40-210 s later, after it;
 //              the fleet the last burst needed is there for the next. Smooth load (Azure conv,
@@ -56,8 +56,8 @@ struct SloAutoscalerConfig {
   double scale_up_step = 0.5;
   double scale_down_tolerance = 0.1;
   double scale_down_window_s = 180;
-  // Step 1c: arrivals at the SLO's timescale above burst_ratio x the mean load are a burst, and
-  // the replicas it asked for are kept burst_hold_s (0 = off).
+  // Step 1c: arrivals at the SLO's timescale above burst_ratio x the mean load of the last 160 s
+  // are a burst, and the replicas it asked for are kept burst_hold_s (0 = off).
   double burst_ratio = 2;
   double burst_hold_s = 600;
   double max_scale_down_rate = 2;
