@@ -66,8 +66,9 @@ Status ToOptions(const EngineFlags& f, engine::EngineOptions* o) {
   } else {
     return InvalidArgumentError("--prefill-order: \"" + f.prefill_order + "\" is not fcfs or shortest-first");
   }
-  if (!(f.max_overtake_s > 0 && f.max_overtake_s <= 86400)) {
-    return InvalidArgumentError("--max-overtake: " + std::to_string(f.max_overtake_s) + " is not in (0, 86400] seconds");
+  if (!(f.max_overtake_s >= 0.001 && f.max_overtake_s <= 86400)) {
+    return InvalidArgumentError("--max-overtake: " + std::to_string(f.max_overtake_s) +
+                                " is not between 0.001 and 86400 seconds");
   }
   o->max_overtake_micros = static_cast<int64_t>(f.max_overtake_s * 1e6);
   o->enable_prefix_caching = !f.no_prefix_caching;

@@ -149,6 +149,19 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const json& spec, const std::string
     }
     d.target_concurrency = a.value("targetConcurrency", 0.0);
     if (d.target_concurrency < 0) return FieldError("spec.autoscaler.targetConcurrency", "must not be negative");
+    if (a.contains("capacity")) {
+      const json& c = a["capacity"];
+      if (!c.is_object()) return FieldError("spec.autoscaler.capacity", "must be an object {prefillTokensPerS, decodeTokensPerS}");
+      d.prefill_tokens_per_s = c.value("prefillTokensPerS", 0.0);
+      d.decode_tokens_per_s = c.value("decodeTokensPerS", 0.0);
+      if (!(d.prefill_tokens_per_s > 0)) {
+        return FieldError("spec.autoscaler.capacity.prefillTokensPerS", "required, > 0: one replica's prompt tokens/s");
+      }
+      if (!(d.decode_tokens_per_s > 0)) {
+        return FieldError("spec.autoscaler.capacity.decodeTokensPerS",
+                          "required, > 0: one replica's generated tokens/s at a full batch");
+      }
+    }
   }
   if (spec.contains("engine")) {
     const json& e = spec["engine"];
@@ -168,9 +181,14 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const json& spec, const std::string
     if (d.prefill_order != "fcfs" && d.prefill_order != "shortest-first") {
       return FieldError("spec.engine.prefillOrder", "\"" + d.prefill_order + "\" is not fcfs or shortest-first");
     }
-    d.max_overtake_seconds = e.value("maxOvertakeSeconds", 60.0);
-    if (!(d.max_overtake_seconds > 0 && d.max_overtake_seconds <= 86400)) {
-      return FieldError("spec.engine.maxOvertakeSeconds", "must be in (0, 86400]");
+    if (e.contains("maxOvertakeSeconds")) {
+      if (d.prefill_order != "shortest-first") {
+        return FieldError("spec.engine.maxOvertakeSeconds", "only with prefillOrder shortest-first");
+      }
+      d.max_overtake_seconds = e["maxOvertakeSeconds"].get<double>();
+      if (!(d.max_overtake_seconds >= 0.001 && d.max_overtake_seconds <= 86400)) {
+        return FieldError("spec.engine.maxOvertakeSeconds", "must be between 0.001 and 86400");
+      }
     }
     if (e.contains("args")) {
       for (const json& a : e["args"]) {
@@ -178,6 +196,12 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const json& spec, const std::string
         if (s == "--port" || s == "--host" || s == "--model" || s == "--instance" || s.rfind("--port=", 0) == 0 ||
             s.rfind("--instance=", 0) == 0) {
           return FieldError("spec.engine.args", "\"" + s + "\" is set by the platform");
+        }
+        if (s.rfind("--prefill-order", 0) == 0 || s.rfind("--max-overtake", 0) == 0) {
+          return FieldError("spec.engine.args", "\"" + s + "\": use spec.engine.prefillOrder and maxOvertakeSeconds");
+        }
+        if (d.prefill_order == "shortest-first" && s.rfind("--static-batch", 0) == 0) {
+          return FieldError("spec.engine.args", "\"" + s + "\" cannot be combined with prefillOrder shortest-first");
         }
         d.engine_args.push_back(s);
       }

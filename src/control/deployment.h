@@ -14,6 +14,7 @@
 //     scaleToZeroSeconds: 300            # idle time before min 0 scales to zero
 //     lane: interactive                  # workload lane: the node pool replicas run in
 //     autoscaler: {policy: ours, targetConcurrency: 8}   # ours | hpa | kpa | aibrix
+//     autoscaler: {capacity: {prefillTokensPerS: 8000, decodeTokensPerS: 1500}}   # ours: one replica
 //     engine: {threads: 2, kvCacheGiB: 1, dtype: auto, args: ["--max-model-len", "2048"]}
 //     engine: {prefillOrder: shortest-first, maxOvertakeSeconds: 60}   # default fcfs
 //     strategy: {maxSurge: 1, maxUnavailable: 0}         # rolling update (the default), or
@@ -57,6 +58,10 @@ struct DeploymentSpec {
   std::string lane;
   std::string autoscaler = "ours";
   double target_concurrency = 0;  // 0: 70% of max_num_seqs
+  // autoscaler.capacity: one replica's prompt tokens/s doing only prefill and generated tokens/s
+  // at a full batch, from a load test. With both, `ours` sizes from the engines' token rates
+  // (fleet/slo_autoscaler.h step 1); without, from requests in flight / max_num_seqs.
+  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
   int threads = 2;
   double kv_cache_gib = 1.0;
   std::string dtype = "auto";

@@ -167,7 +167,73 @@ std::string CommandFlag(const json& job, std::string_view flag) {
   return "";
 }
 
+// A replica's good probes, oldest first: the newest appended, those older than the longest
+// window dropped (one older is kept, so a full window can be measured). A counter that fell (the
+// engine restarted) starts the history again.
+void AddSample(std::deque<std::pair<int64_t, ReplicaProbe>>* samples, int64_t now_us, const ReplicaProbe& p) {
+  if (!samples->empty()) {
+    const ReplicaProbe& last = samples->back().second;
+    if (p.prompt_tokens < last.prompt_tokens || p.generation_tokens < last.generation_tokens ||
+        p.ttft.count < last.ttft.count || p.itl.count < last.itl.count) {
+      samples->clear();
+    }
+  }
+  samples->emplace_back(now_us, p);
+  while (samples->size() > 2 && now_us - (*samples)[1].first >= kObservedWindowUs) samples->pop_front();
+}
+
+Observed Over(const std::deque<std::pair<int64_t, ReplicaProbe>>& samples, int64_t now_us, int64_t window_us) {
+  if (samples.size() < 2) return {};
+  // The oldest sample at most window_us old, else the newest older one.
+  size_t first = samples.size() - 2;
+  while (first > 0 && now_us - samples[first - 1].first <= window_us) --first;
+  const auto& [t0, a] = samples[first];
+  const auto& [t1, b] = samples.back();
+  Observed o;
+  o.seconds = static_cast<double>(t1 - t0) / 1e6;
+  if (o.seconds < 1) return {};
+  o.prompt_tokens = b.prompt_tokens - a.prompt_tokens;
+  o.generation_tokens = b.generation_tokens - a.generation_tokens;
+  o.ttft = b.ttft.Minus(a.ttft);
+  o.itl = b.itl.Minus(a.itl);
+  return o;
+}
+
+double Rounded(double v, double unit) { return std::round(v / unit) * unit; }
+
 }  // namespace
+
+json ObservedStatus(const std::vector<const Observed*>& replicas, const DeploymentSpec& spec) {
+  double seconds = 0, prompt_per_s = 0, generation_per_s = 0;
+  LatencyHistogram ttft, itl;
+  auto add = [](LatencyHistogram* sum, const LatencyHistogram& h) {
+    if (h.empty()) return;
+    if (sum->empty()) {
+      *sum = h;
+    } else if (sum->le == h.le) {
+      for (size_t i = 0; i < h.le.size(); ++i) sum->cumulative[i] += h.cumulative[i];
+      sum->count += h.count;
+    }
+  };
+  for (const Observed* o : replicas) {
+    if (o->seconds <= 0) continue;
+    seconds = std::max(seconds, o->seconds);
+    prompt_per_s += o->prompt_tokens / o->seconds;
+    generation_per_s += o->generation_tokens / o->seconds;
+    add(&ttft, o->ttft);
+    add(&itl, o->itl);
+  }
+  if (seconds <= 0) return nullptr;
+  json out = {{"windowS", Rounded(seconds, 1)},
+              {"requests", ttft.count},
+              {"promptTokensPerS", Rounded(prompt_per_s, 0.1)},
+              {"generationTokensPerS", Rounded(generation_per_s, 0.1)}};
+  if (!ttft.empty()) out["ttftP99Ms"] = Rounded(ttft.Quantile(0.99) * 1000, 0.1);
+  if (!itl.empty()) out["tpotP99Ms"] = Rounded(itl.Quantile(0.99) * 1000, 0.1);
+  if (spec.ttft_p99_ms > 0 && !ttft.empty()) out["ttftWithinSlo"] = Rounded(ttft.ShareAtMost(spec.ttft_p99_ms / 1000), 1e-4);
+  if (spec.tpot_p99_ms > 0 && !itl.empty()) out["tpotWithinSlo"] = Rounded(itl.ShareAtMost(spec.tpot_p99_ms / 1000), 1e-4);
+  return out;
+}
 
 Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
   if (!forecast.is_object()) return InvalidArgumentError("status.forecast is " + forecast.dump() + ", not an object");
@@ -210,6 +276,10 @@ ReplicaProbe ParseEngineMetrics(std::string_view text) {
   p.waiting = static_cast<int>(SumMetric(text, "vllm:num_requests_waiting"));
   p.kv_usage = SumMetric(text, "vllm:kv_cache_usage_perc");
   p.model = FirstLabel(text, "vllm:num_requests_running", "model_name");
+  p.prompt_tokens = SumMetric(text, "vllm:prompt_tokens_total");
+  p.generation_tokens = SumMetric(text, "vllm:generation_tokens_total");
+  p.ttft = ParseHistogram(text, "vllm:time_to_first_token_seconds");
+  p.itl = ParseHistogram(text, "vllm:inter_token_latency_seconds");
   return p;
 }
 
@@ -437,6 +507,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     std::string name, revision, url;
     bool ready = false, terminal = false;
     ReplicaProbe probe;
+    Observed recent, minute;  // over kSnapshotWindowUs and kObservedWindowUs
   };
   std::vector<Replica> current;
   std::string invalid;
@@ -446,7 +517,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     if (s.invalid_revision == revision) invalid = s.invalid_reason;
   }
   for (const json& j : replicas) {
-    Replica r{j, NameOf(j), Label(j, kRevisionLabel), "", false, Terminal(PhaseOf(j)), {}};
+    Replica r{j, NameOf(j), Label(j, kRevisionLabel), "", false, Terminal(PhaseOf(j)), {}, {}, {}};
     if (r.terminal) {
       const json& st = j.value("status", json::object());
       if (st.value("reason", std::string()) == "InvalidSpec" && r.revision == revision) {
@@ -504,16 +575,20 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     std::map<std::string, State::Health> kept;
     for (Replica& r : current) {
       if (r.url.empty()) continue;
-      State::Health h = health[r.name];
+      State::Health h = std::move(health[r.name]);
       if (r.probe.healthy) {
-        h = {0, r.probe};
+        h.failures = 0;
+        h.last = r.probe;
+        AddSample(&h.samples, now_us, r.probe);
       } else if (h.last.healthy && ++h.failures < kProbeFailures) {
         r.probe = h.last;  // missed a probe: still ready, with the last metrics
         r.ready = true;
       } else {
         h = {};
       }
-      kept[r.name] = h;
+      r.recent = Over(h.samples, now_us, kSnapshotWindowUs);
+      r.minute = Over(h.samples, now_us, kObservedWindowUs);
+      kept[r.name] = std::move(h);
     }
     health = std::move(kept);
   }
@@ -564,16 +639,28 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
   }
   fleet::DeploymentSnapshot snap;
   snap.now_s = static_cast<double>(now_us) / 1e6 + autoscaler_offset_s_;  // bins of a day are UTC times of day
+  snap.window_s = static_cast<double>(kSnapshotWindowUs) / 1e6;
   for (const Replica& r : current) {
     if (!r.ready) continue;
-    snap.replicas.push_back({.id = r.name, .running = r.probe.running, .waiting = r.probe.waiting,
-                             .kv_usage = r.probe.kv_usage});
+    fleet::ReplicaMetrics m{.id = r.name, .running = r.probe.running, .waiting = r.probe.waiting,
+                            .kv_usage = r.probe.kv_usage};
+    if (const Observed& o = r.recent; o.seconds > 0) {
+      m.ttft_p99_ms = std::max(o.ttft.Quantile(0.99), 0.0) * 1000;
+      m.tpot_p99_ms = std::max(o.itl.Quantile(0.99), 0.0) * 1000;
+      m.tokens_per_s = o.generation_tokens / o.seconds;
+      snap.prompt_tokens_per_s += o.prompt_tokens / o.seconds;
+      snap.output_tokens_per_s += m.tokens_per_s;
+      snap.arrival_rps += o.ttft.count / o.seconds;  // requests that got their first token
+    }
+    snap.replicas.push_back(std::move(m));
   }
   snap.current_replicas = static_cast<int>(current.size());
   snap.starting_replicas = static_cast<int>(current.size()) - ready;
   snap.pending_requests = held;
   snap.slo = {.ttft_p99_ms = spec->ttft_p99_ms, .tpot_p99_ms = spec->tpot_p99_ms, .tokens_per_s = spec->tokens_per_s};
   snap.capacity.max_concurrency = spec->max_num_seqs;
+  snap.capacity.prefill_tokens_per_s = spec->prefill_tokens_per_s;
+  snap.capacity.decode_tokens_per_s = spec->decode_tokens_per_s;
   fleet::ScaleDecision decision;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -796,6 +883,21 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     } else if (old_status.is_object() && old_status.contains("forecast")) {
       status["forecast"] = old_status["forecast"];  // kept for a policy that learns again
     }
+  }
+  {
+    // What the replicas served over the last minute, against the SLO: recomputed at most every
+    // kObservedEveryUs, so that a busy deployment's status is not rewritten every turn.
+    std::lock_guard<std::mutex> l(mu_);
+    State& s = states_[key];
+    if (s.observed_at_us == 0 || now_us - s.observed_at_us >= kObservedEveryUs) {
+      s.observed_at_us = now_us;
+      std::vector<const Observed*> ready_minutes;
+      for (const Replica& r : current) {
+        if (!r.terminal && r.ready) ready_minutes.push_back(&r.minute);
+      }
+      s.observed = ObservedStatus(ready_minutes, *spec);
+    }
+    if (!s.observed.is_null()) status["observed"] = s.observed;
   }
   if (!refused.empty()) status["error"] = refused;
   if (!invalid.empty()) status["error"] = invalid;

@@ -41,6 +41,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -54,6 +55,7 @@
 #include "control/deployment.h"
 #include "core/clock.h"
 #include "core/metrics.h"
+#include "control/engine_metrics.h"
 #include "core/status.h"
 #include "fleet/autoscaler.h"
 #include "store/store.h"
@@ -68,6 +70,12 @@ struct ReplicaProbe {
   double kv_usage = 0;   // vllm:kv_cache_usage_perc
   std::string model;     // the model_name label of those metrics ("" when absent)
   std::string instance;  // /health's "instance": the replica job the engine was started for
+  // Cumulative since the engine started: the controller subtracts an earlier probe of the same
+  // replica for rates and percentiles over a window.
+  double prompt_tokens = 0;      // vllm:prompt_tokens_total
+  double generation_tokens = 0;  // vllm:generation_tokens_total
+  LatencyHistogram ttft;         // vllm:time_to_first_token_seconds
+  LatencyHistogram itl;          // vllm:inter_token_latency_seconds (time per output token)
 };
 
 // base_url "http://127.0.0.1:21000" -> probe. The default uses http::Client with a short timeout.
@@ -80,9 +88,24 @@ Prober HttpProber(std::chrono::milliseconds timeout);
 // is restored.
 Status RestoreForecast(const nlohmann::json& forecast, fleet::LoadForecaster* forecaster);
 
-// Reads the three gauges from a Prometheus text page (summed over labels; absent ones are 0)
-// and the model_name label of the first running-requests line.
+// Reads the three gauges, the token counters and the TTFT and inter-token histograms from a
+// Prometheus text page (summed over labels; absent ones are 0 or empty) and the model_name label
+// of the first running-requests line.
 ReplicaProbe ParseEngineMetrics(std::string_view text);
+
+// What one replica's engine did over a window: the difference of two of its probes.
+struct Observed {
+  double seconds = 0;  // 0: fewer than two probes a second apart in the window
+  double prompt_tokens = 0, generation_tokens = 0;
+  LatencyHistogram ttft, itl;
+};
+
+// A Deployment's status.observed from its ready replicas' last minute: windowS, requests (that
+// got a first token), promptTokensPerS, generationTokensPerS, ttftP99Ms and tpotP99Ms (from the
+// engines' histograms, interpolated within a bucket), and with an SLO ttftWithinSlo /
+// tpotWithinSlo (the share of first tokens / inter-token gaps within it). null when no replica
+// has a window yet.
+nlohmann::json ObservedStatus(const std::vector<const Observed*>& replicas, const DeploymentSpec& spec);
 
 struct ServingEndpoint {
   std::string replica;  // the replica job's name
@@ -106,6 +129,12 @@ struct ServingRoute {
 
 // Failed probes in a row before a ready replica counts as not ready.
 inline constexpr int kProbeFailures = 3;
+// The engines' counters and histograms are turned into rates and percentiles over these windows:
+// the autoscaler's snapshot (as its simulator sees them) and a Deployment's status.observed,
+// which is rewritten at most every kObservedEveryUs.
+inline constexpr int64_t kSnapshotWindowUs = 10'000'000;
+inline constexpr int64_t kObservedWindowUs = 60'000'000;
+inline constexpr int64_t kObservedEveryUs = 15'000'000;
 // A deployment's replicas are probed together, this many at a time.
 inline constexpr size_t kProbeParallelism = 16;
 
@@ -178,8 +207,12 @@ class DeploymentController {
     struct Health {
       int failures = 0;
       ReplicaProbe last;
+      // Good probes of the last kObservedWindowUs (and one before), oldest first.
+      std::deque<std::pair<int64_t, ReplicaProbe>> samples;
     };
     std::map<std::string, Health> health;
+    int64_t observed_at_us = 0;  // when status.observed was last computed
+    nlohmann::json observed;
   };
 
   void Loop();

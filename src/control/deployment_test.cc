@@ -1,6 +1,7 @@
 #include "control/deployment.h"
 #include "control/deployment_controller.h"
 #include "control/job.h"
+#include "control/manifest.h"
 
 #include <gtest/gtest.h>
 
@@ -54,7 +55,16 @@ TEST(DeploymentSpec, RejectsBadSpecsNamingTheField) {
       {{{"model", "/m"}, {"engine", {{"dtype", "fp8"}}}}, "spec.engine.dtype"},
       {{{"model", "/m"}, {"engine", {{"prefillOrder", "sjf"}}}}, "spec.engine.prefillOrder: \"sjf\" is not fcfs or shortest-first"},
       {{{"model", "/m"}, {"engine", {{"prefillOrder", "shortest-first"}, {"maxOvertakeSeconds", 0}}}},
-       "spec.engine.maxOvertakeSeconds"},
+       "spec.engine.maxOvertakeSeconds: must be between 0.001 and 86400"},
+      {{{"model", "/m"}, {"engine", {{"maxOvertakeSeconds", 30}}}},
+       "spec.engine.maxOvertakeSeconds: only with prefillOrder shortest-first"},
+      {{{"model", "/m"}, {"engine", {{"args", {"--prefill-order=shortest-first"}}}}}, "use spec.engine.prefillOrder"},
+      {{{"model", "/m"}, {"engine", {{"prefillOrder", "shortest-first"}, {"args", {"--static-batch", "4"}}}}},
+       "cannot be combined with prefillOrder shortest-first"},
+      {{{"model", "/m"}, {"autoscaler", {{"capacity", {{"prefillTokensPerS", 8000}}}}}},
+       "spec.autoscaler.capacity.decodeTokensPerS: required"},
+      {{{"model", "/m"}, {"autoscaler", {{"capacity", {{"prefillTokensPerS", -1}, {"decodeTokensPerS", 10}}}}}},
+       "spec.autoscaler.capacity.prefillTokensPerS"},
       {{{"model", "/m"}, {"strategy", {{"maxSurge", 0}, {"maxUnavailable", 0}}}}, "spec.strategy"},
       {{{"model", "/m"}, {"resources", {{"gpu", {{"count", 0}}}}}}, "spec.resources.gpu.count"},
       {{{"model", "/m"}, {"slo", {{"ttftP99Ms", -5}}}}, "spec.slo.ttftP99Ms"},
@@ -149,6 +159,46 @@ TEST(EngineMetrics, ParsesTheGaugesTheAutoscalerReads) {
   EXPECT_EQ(ParseEngineMetrics("vllm:num_requests_running{engine=\"0\",model_name=\"q\\\"x\\\\y\"} 1\n").model, "q\"x\\y");
   EXPECT_EQ(ParseEngineMetrics("vllm:num_requests_running{xmodel_name=\"no\"} 1\n").model, "");
   EXPECT_EQ(ParseEngineMetrics("vllm:num_requests_running 1\n").model, "");
+}
+
+TEST(EngineMetrics, ParsesTheCountersAndHistogramsTheControllerTurnsIntoRates) {
+  const std::string text =
+      "vllm:prompt_tokens_total{model_name=\"a\"} 1200\n"
+      "vllm:generation_tokens_total{model_name=\"a\"} 300\n"
+      "vllm:time_to_first_token_seconds_bucket{model_name=\"a\",le=\"0.5\"} 4\n"
+      "vllm:time_to_first_token_seconds_bucket{model_name=\"a\",le=\"+Inf\"} 5\n"
+      "vllm:inter_token_latency_seconds_bucket{model_name=\"a\",le=\"0.05\"} 290\n"
+      "vllm:inter_token_latency_seconds_bucket{model_name=\"a\",le=\"+Inf\"} 295\n";
+  ReplicaProbe p = ParseEngineMetrics(text);
+  EXPECT_EQ(p.prompt_tokens, 1200);
+  EXPECT_EQ(p.generation_tokens, 300);
+  EXPECT_EQ(p.ttft.count, 5);
+  EXPECT_EQ(p.ttft.cumulative, (std::vector<double>{4}));
+  EXPECT_EQ(p.itl.count, 295);
+}
+
+TEST(DeploymentSpec, TheSchemaTakesTheEngineOrderAndTheAutoscalersCapacity) {
+  json d = {{"apiVersion", "aicloud/v1"},
+            {"kind", "Deployment"},
+            {"metadata", {{"name", "chat"}, {"tenant", "acme"}}},
+            {"spec",
+             {{"model", "/m"},
+              {"engine", {{"prefillOrder", "shortest-first"}, {"maxOvertakeSeconds", 30}}},
+              {"autoscaler", {{"capacity", {{"prefillTokensPerS", 8000}, {"decodeTokensPerS", 1500.5}}}}}}}};
+  EXPECT_TRUE(ValidateObject(d).ok()) << ValidateObject(d);
+  StatusOr<DeploymentSpec> spec = ParseDeploymentSpec(d["spec"], "chat");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->prefill_tokens_per_s, 8000);
+  EXPECT_EQ(spec->decode_tokens_per_s, 1500.5);
+  EXPECT_EQ(spec->max_overtake_seconds, 30);
+  d["spec"]["engine"]["prefillOrder"] = 1;
+  Status bad = ValidateObject(d);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.message()).find("spec.engine.prefillOrder"), std::string::npos) << bad;
+  d["spec"]["engine"].erase("prefillOrder");
+  d["spec"]["autoscaler"]["capacity"]["gpus"] = 1;
+  bad = ValidateObject(d);
+  EXPECT_NE(std::string(bad.message()).find("spec.autoscaler.capacity.gpus: unknown field"), std::string::npos) << bad;
 }
 
 // The controller against a store, a fake clock and a fake prober: replicas are Jobs; a test
@@ -271,6 +321,43 @@ TEST_F(DeploymentControllerTest, TheDefaultAutoscalerLeavesAnUnusedDeploymentAtZ
   dc_->Turn();
   EXPECT_EQ(Replicas().size(), 1u);
   EXPECT_EQ(Status()["lastScale"]["reason"], "2 request(s) held at the gateway with no ready replica") << Status().dump();
+}
+
+// One replica's engine serves 5,000 prompt and 100 generated tokens a second, 10 requests a
+// second: 9 get their first token within 0.1 s, 1 within (0.1, 1] s. The autoscaler sizes from
+// those rates and the Deployment's capacity (5.1 replicas of work at 70% -> 8), and
+// status.observed reports the rates, the percentiles and the shares within the SLO.
+TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAndTheStatus) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 10}}},
+         {"slo", {{"ttftP99Ms", 500}, {"tpotP99Ms", 100}}},
+         {"autoscaler", {{"capacity", {{"prefillTokensPerS", 1000}, {"decodeTokensPerS", 1000}}}}}});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  RunAll();
+  const std::string url = fake_.begin()->first;  // only this replica runs: the others stay pending
+  for (int t = 0; t <= 20; ++t) {
+    ReplicaProbe p{.healthy = true};
+    p.prompt_tokens = 5000.0 * t;
+    p.generation_tokens = 100.0 * t;
+    p.ttft = {{0.1, 1}, {9.0 * t, 10.0 * t}, 10.0 * t};
+    p.itl = {{0.01, 0.1}, {100.0 * t, 100.0 * t}, 100.0 * t};
+    fake_[url] = p;
+    dc_->Turn();
+    clock_.Advance(1'000'000);
+  }
+  json st = Status();
+  EXPECT_EQ(st["desiredReplicas"], 8) << st["lastScale"].dump();
+  ASSERT_TRUE(st.contains("observed")) << st.dump();
+  const json& o = st["observed"];
+  EXPECT_EQ(o["windowS"], 15) << o.dump();  // recomputed every 15 s: the turn at t = 15
+  EXPECT_EQ(o["requests"], 150);
+  EXPECT_EQ(o["promptTokensPerS"], 5000);
+  EXPECT_EQ(o["generationTokensPerS"], 100);
+  EXPECT_NEAR(o["ttftP99Ms"].get<double>(), 910, 0.05);  // 0.1 + 0.9 x 0.9 s
+  EXPECT_NEAR(o["ttftWithinSlo"].get<double>(), 0.9444, 1e-4);  // 0.9 + 0.1 x 0.4 / 0.9
+  EXPECT_NEAR(o["tpotP99Ms"].get<double>(), 9.9, 0.05);
+  EXPECT_EQ(o["tpotWithinSlo"], 1);
+
 }
 
 TEST_F(DeploymentControllerTest, ScalesFromZeroOnARequestAndBackToZeroWhenIdle) {

@@ -17,8 +17,8 @@
 //              the load came as a burst, and the size it asked for is kept `burst_hold_s` (600 s).
 //              Bursts come in clusters (Azure code: 10-20 s bursts, median gap 60 s), and a
 //              replica asked for when the next one arrives is ready 40-210 s later, after it;
-//              the fleet the last burst needed is there for the next. Smooth load (Azure conv,
-//              need under 1.3x the mean) never holds; a burst needs at least 2 replicas, and
+//              the fleet the last burst needed is there for the next. Smooth load (Azure conv)
+//              never reaches 2x and never holds; a burst needs at least 2 replicas, and
 //              `idle_to_zero_s` without a request forgets every burst.
 //   2. pressure  when waiting requests per ready replica exceed `queue_per_replica_high` (GIE
 //              saturation detector: 5), mean KV usage exceeds `kv_high` (GIE: 0.8), or a

@@ -10,10 +10,13 @@
 // base = 11.8 ms, per_seq = 2.49 ms, per_token = 1.92 ms. `speedup` scales the whole curve to
 // stand for a GPU replica (docs/autoscaling.md says which factor and why).
 //
-// Prefill order (`prefill_order`, the engine's SchedulerOptions::prefill_order): the step's prefill
-// budget goes to the running sequences oldest first (kFcfs), or to those with the fewest prompt
-// tokens left first (kShortestFirst), except that a sequence that has waited `max_overtake_s`
-// since it arrived goes ahead of every other, oldest first, so none starves.
+// Prefill order (`prefill_order`, as the engine's SchedulerOptions::prefill_order): the step's
+// prefill budget goes to the running sequences oldest first (kFcfs), or to those with the fewest
+// prompt tokens left first (kShortestFirst), except that a sequence that has waited
+// `max_overtake_s` since it arrived goes ahead of every other, oldest first, so none starves.
+// Admission stays FCFS and takes no budget (up to max_batch and the KV capacity): only the order
+// among admitted sequences is modelled, which on the Azure traces is every request a replica
+// holds (a few per replica, against 64). The engine also orders its waiting queue.
 //
 // A replica keeps a prefix cache of prompt blocks (an LRU of block ids, as vLLM's free-block
 // LRU): at admission the leading blocks it holds are not prefilled again.

@@ -49,7 +49,9 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& o
     return bad("static_batch_size must be in [0, max_num_seqs]");
   }
   if (o.prefill_order == PrefillOrder::kShortestFirst) {
-    if (o.static_batch_size > 0) return bad("the shortest-first prefill order needs continuous batching (static_batch_size 0)");
+    if (o.static_batch_size > 0) {
+      return bad("the shortest-first prefill order needs continuous batching (static_batch_size 0)");
+    }
     if (o.max_overtake_micros <= 0) return bad("max_overtake_micros must be > 0");
   }
   for (int32_t t : o.eos_token_ids) {
@@ -309,41 +311,50 @@ bool Scheduler::Start(Sequence* s, std::vector<Entry>& entries, int64_t& budget,
 void Scheduler::PrefillShortestFirst(std::vector<Entry>& entries, int64_t& budget, StepPlan& plan) {
   struct Candidate {
     Sequence* s;
-    bool starved;
-    int64_t rest;  // prompt tokens left; a waiting sequence counts its whole prompt
+    bool first;         // waited max_overtake_micros, or was preempted: ahead of the others
+    int64_t rest;       // prompt tokens left (a waiting one: past its cached prefix)
+    int64_t share = 0;  // of the step's budget
   };
   const int64_t now = Now();
+  auto starved = [&](const Sequence* s) { return now - s->stats.arrival_micros >= options_.max_overtake_micros; };
   std::vector<Candidate> order;
-  auto add = [&](Sequence* s, int64_t rest) {
-    order.push_back({s, now - s->stats.arrival_micros >= options_.max_overtake_micros, rest});
-  };
   for (Sequence* s : running_) {
     const int64_t rest = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
-    if (rest > 0 && s->entry < 0) add(s, rest);
+    if (rest > 0 && s->entry < 0) order.push_back({s, starved(s), rest});
   }
-  for (Sequence* s : waiting_) add(s, static_cast<int64_t>(s->tokens.size()));
-  // Starved ones first, oldest first; then the fewest tokens left, the older first on a tie.
+  for (Sequence* s : waiting_) {
+    // A preempted sequence resumes first, as the FCFS queue puts it back at its front.
+    const int64_t rest = static_cast<int64_t>(s->tokens.size()) - kv_.CachedPrefixLength(s->tokens, s->scope);
+    order.push_back({s, starved(s) || s->stats.num_preemptions > 0, rest});
+  }
+  // Those first oldest first; then the fewest tokens left, the older first on a tie.
   std::sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.starved != b.starved) return a.starved;
-    if (!a.starved && a.rest != b.rest) return a.rest < b.rest;
+    if (a.first != b.first) return a.first;
+    if (!a.first && a.rest != b.rest) return a.rest < b.rest;
     return a.s->order < b.s->order;
   });
-  bool admitting = plan.preempted.empty();  // no admission in a step that had to preempt
+  // The budget is dealt out in that order. KV is reserved for the running sequences' chunks
+  // before any waiting one starts, so a preemption those need takes a running sequence, never one
+  // started in this step; and there is no admission in a step that had to preempt.
+  int64_t left = budget;
+  for (Candidate& c : order) {
+    c.share = std::min(c.rest, left);
+    left -= c.share;
+  }
   for (const Candidate& c : order) {
-    if (budget <= 0) break;
-    Sequence* s = c.s;
-    if (s->running) {
-      const int64_t rest = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
-      if (s->entry >= 0 || rest <= 0) continue;
-      const size_t preempted = plan.preempted.size();
-      ReserveOrPreempt(s, static_cast<int32_t>(std::min(rest, budget)), entries, budget, plan);
-      if (plan.preempted.size() != preempted) admitting = false;
-    } else if (admitting && std::find(plan.preempted.begin(), plan.preempted.end(), s->id) == plan.preempted.end()) {
-      if (Start(s, entries, budget, now)) {
-        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
-      } else if (c.starved) {
-        admitting = false;  // as the FCFS head: nobody younger starts before it
-      }
+    if (c.share > 0 && c.s->running) ReserveOrPreempt(c.s, static_cast<int32_t>(c.share), entries, budget, plan);
+  }
+  if (!plan.preempted.empty()) return;
+  for (const Candidate& c : order) {
+    if (c.share == 0 || c.s->running) continue;
+    int64_t share = std::min(c.share, budget);
+    if (share <= 0) break;
+    const int64_t given = share;
+    if (Start(c.s, entries, share, now)) {
+      budget -= given - share;
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), c.s));
+    } else if (c.first) {
+      break;  // as the FCFS head: nobody behind it starts before it
     }
   }
 }

@@ -32,23 +32,25 @@
 //   5. Emit the plan: tokens, positions, slot mapping, block tables, which logits to sample.
 // That is the default order (PrefillOrder::kFcfs, as vLLM and SGLang by default). With
 // kShortestFirst, steps 3 and 4 become one: the sequences still prefilling and the waiting ones
-// get the step's prefill budget fewest prompt tokens left first (a waiting one counts its whole
-// prompt), so a short prompt is not queued behind a long one (shortest remaining processing
-// time, which minimizes mean waiting). Nobody starves: a sequence that arrived
-// `max_overtake_micros` ago or earlier goes ahead of every younger one, oldest first, and a
-// waiting one of those that cannot start (KV, max_loras) blocks admission behind it as the
-// FCFS head does. RESULTS.md section 7 measures what the order is worth on TTFT.
+// get the step's prefill budget fewest prompt tokens left first (a waiting one counts its prompt
+// past its cached prefix), so a short prompt is not queued behind a long one (shortest remaining
+// processing time, which minimizes mean waiting). Nobody starves: a sequence that arrived
+// `max_overtake_micros` ago or earlier, or was preempted, goes ahead of the others, oldest
+// first, and a waiting one of those that cannot start (max_num_seqs, max_loras, KV) blocks
+// admission behind it as the FCFS head does. KV for the running sequences' chunks is reserved
+// before any waiting one starts, so the rule of step 4 holds. RESULTS.md section 7 measures what
+// the order is worth on TTFT.
 // A prompt longer than the budget is thus split across steps (chunked prefill), and the
 // decodes of running sequences are scheduled before any prefill, so a long prompt never
 // stalls them.
 //
 // Preemption (vLLM's recompute): when a running sequence needs a KV block and none is free,
-// the most recently arrived running sequence is preempted: its blocks are freed and it goes
-// back to the front of the waiting queue, its generated tokens appended to what it must
-// recompute (the prefix cache usually still holds most of its blocks). It may be the one that
-// needed the block. Since the oldest running sequence is never the victim while another runs,
-// and Add refuses any request that could not run alone in the whole cache, every request
-// completes: no deadlock, no livelock.
+// the most recently admitted running sequence (with FCFS, the most recent arrival) is
+// preempted: its blocks are freed and it goes back to the front of the waiting queue, its
+// generated tokens appended to what it must recompute (the prefix cache usually still holds
+// most of its blocks). It may be the one that needed the block. Since the longest-running
+// sequence is never the victim while another runs, and Add refuses any request that could not
+// run alone in the whole cache, every request completes: no deadlock, no livelock.
 //
 // Outputs do not depend on batching: a sequence's tokens are a function of its own tokens,
 // seed and parameters (sampler.h), whatever else shares its steps and however often it is
@@ -245,7 +247,7 @@ class Scheduler {
   BlockManager kv_;
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;    // arrival order; preempted ones back at the front
-  std::vector<Sequence*> running_;   // arrival order: the back is the preemption victim
+  std::vector<Sequence*> running_;   // admission order: the back is the preemption victim
   std::map<int32_t, int32_t> running_adapters_;  // adapter (not 0) -> running sequences
   bool in_flight_ = false;
   uint64_t step_ = 0;

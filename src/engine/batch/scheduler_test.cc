@@ -105,6 +105,7 @@ RunResult Drive(const SchedulerOptions& o, DriveOptions d) {
   FakeRunner runner(o.kv.num_blocks, o.kv.block_size, kVocab);
   int64_t last_arrival = d.arrivals.empty() ? 0 : d.arrivals.rbegin()->first;
   std::set<RequestId> open;  // scheduled at least once, unfinished
+  std::set<RequestId> running;  // admitted in an earlier step, not preempted or finished since
   int64_t admitted_since_empty = 0;
   for (int64_t step = 0;; ++step) {
     if (step > 200000) {
@@ -139,6 +140,14 @@ RunResult Drive(const SchedulerOptions& o, DriveOptions d) {
     if (o.max_loras > 0) {
       EXPECT_LE(static_cast<int32_t>(adapters.size()), o.max_loras);
     }
+    // No admission in a step that had to preempt.
+    if (!plan->preempted.empty()) {
+      for (const ScheduledSeq& ps : plan->seqs) {
+        EXPECT_TRUE(running.count(ps.id)) << "step " << step << ": request " << ps.id << " admitted in a step that preempted";
+      }
+    }
+    for (const ScheduledSeq& ps : plan->seqs) running.insert(ps.id);
+    for (RequestId id : plan->preempted) running.erase(id);
     if (o.static_batch_size > 0) {
       EXPECT_LE(admitted_since_empty, o.static_batch_size);
     }
@@ -146,6 +155,7 @@ RunResult Drive(const SchedulerOptions& o, DriveOptions d) {
     for (const RequestOutput& out : plan->outputs) {
       run.finish[out.id] = *out.finish;
       open.erase(out.id);
+      running.erase(out.id);
     }
     if (!plan->empty()) {
       ++run.steps;
@@ -161,6 +171,7 @@ RunResult Drive(const SchedulerOptions& o, DriveOptions d) {
           run.finish[e.id] = *e.finish;
           run.stats[e.id] = e.stats;
           open.erase(e.id);
+          running.erase(e.id);
         }
       }
       if (d.keep_plans) run.plans.push_back(std::move(*plan));
@@ -440,6 +451,32 @@ TEST(SchedulerTest, ShortestFirstLetsAShortPromptOvertakeALongPrefill) {
       EXPECT_EQ(long_done, 640);
     }
   }
+}
+
+// Short prompts arrive while a long one is being prefilled and the KV pool is nearly full: the
+// long prompt's next chunk gets its blocks before a short one starts, so the step that has to
+// preempt for it admits nobody (Drive checks that rule every step), and outputs are unchanged.
+TEST(SchedulerTest, ShortestFirstAdmitsNobodyInAStepThatPreempts) {
+  SchedulerOptions o = Options(128, 16, 11);
+  o.prefill_order = PrefillOrder::kShortestFirst;
+  Rng rng(5);
+  std::vector<Request> reqs;
+  for (int n : {150, 10, 18}) {
+    Request r;
+    r.id = static_cast<RequestId>(reqs.size() + 1);
+    r.prompt = RandomTokens(rng, n);
+    r.sampling.max_tokens = 8;
+    r.sampling.seed = r.id;
+    reqs.push_back(r);
+  }
+  DriveOptions d;
+  d.arrivals[0] = {reqs[0]};
+  d.arrivals[1] = {reqs[1], reqs[2]};
+  FakeClock clock;
+  d.clock = &clock;
+  d.advance = &clock;
+  const RunResult run = Drive(o, d);
+  ExpectMatchesReference(run, reqs, "shortest first, pool of 11 blocks");
 }
 
 // A stream of short prompts that would take every step's whole budget does not starve a long

@@ -1,0 +1,99 @@
+#include "control/engine_metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+namespace aicloud::control {
+
+LatencyHistogram LatencyHistogram::Minus(const LatencyHistogram& earlier) const {
+  if (earlier.le != le || earlier.count > count) return *this;
+  LatencyHistogram d = *this;
+  for (size_t i = 0; i < le.size(); ++i) {
+    if (earlier.cumulative[i] > cumulative[i]) return *this;
+    d.cumulative[i] -= earlier.cumulative[i];
+  }
+  d.count -= earlier.count;
+  return d;
+}
+
+double LatencyHistogram::Quantile(double q) const {
+  if (empty() || le.empty()) return -1;
+  const double rank = std::clamp(q, 0.0, 1.0) * count;
+  double below = 0, lower = 0;
+  for (size_t i = 0; i < le.size(); ++i) {
+    if (cumulative[i] >= rank) {
+      const double in_bucket = cumulative[i] - below;
+      if (in_bucket <= 0) return le[i];
+      return lower + (le[i] - lower) * (rank - below) / in_bucket;
+    }
+    below = cumulative[i];
+    lower = le[i];
+  }
+  return le.back();
+}
+
+double LatencyHistogram::ShareAtMost(double x) const {
+  if (empty()) return 1;
+  double below = 0, lower = 0;
+  for (size_t i = 0; i < le.size(); ++i) {
+    if (x <= le[i]) {
+      const double part = le[i] > lower ? (x - lower) / (le[i] - lower) : 1;
+      return std::clamp((below + (cumulative[i] - below) * std::max(part, 0.0)) / count, 0.0, 1.0);
+    }
+    below = cumulative[i];
+    lower = le[i];
+  }
+  return std::clamp(below / count, 0.0, 1.0);  // x beyond the last bound: the +Inf bucket is unknown
+}
+
+LatencyHistogram ParseHistogram(std::string_view text, std::string_view name) {
+  const std::string bucket = std::string(name) + "_bucket{";
+  std::map<double, double> by_le;  // summed over label sets
+  double inf = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (!line.starts_with(bucket)) continue;
+    const size_t at = line.find("le=\"", bucket.size() - 1);
+    const size_t close = line.rfind('}');
+    const size_t sp = line.rfind(' ');
+    if (at == std::string_view::npos || close == std::string_view::npos || sp == std::string_view::npos || sp < close) {
+      return {};
+    }
+    const size_t quote = line.find('"', at + 4);
+    if (quote == std::string_view::npos) return {};
+    const std::string le(line.substr(at + 4, quote - at - 4));
+    const std::string value(line.substr(sp + 1));
+    char* value_end = nullptr;
+    const double v = std::strtod(value.c_str(), &value_end);
+    if (value_end == value.c_str() || !std::isfinite(v)) return {};
+    if (le == "+Inf") {
+      inf += v;
+      continue;
+    }
+    char* le_end = nullptr;
+    const double bound = std::strtod(le.c_str(), &le_end);
+    if (le_end == le.c_str() || !std::isfinite(bound)) return {};
+    by_le[bound] += v;
+  }
+  LatencyHistogram h;
+  for (const auto& [bound, n] : by_le) {
+    h.le.push_back(bound);
+    h.cumulative.push_back(n);
+  }
+  h.count = inf;
+  // Cumulative counts never fall with the bound, and the +Inf bucket holds them all.
+  for (size_t i = 1; i < h.cumulative.size(); ++i) {
+    if (h.cumulative[i] < h.cumulative[i - 1]) return {};
+  }
+  if (!h.cumulative.empty() && h.count < h.cumulative.back()) return {};
+  return h;
+}
+
+}  // namespace aicloud::control

@@ -1,0 +1,40 @@
+// What the deployment controller reads from an engine's Prometheus page besides its gauges: the
+// latency histograms (vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds) and
+// token counters, which it turns into rates and percentiles over a window by subtracting an
+// earlier scrape, as a Prometheus rate() / histogram_quantile() query would.
+//
+//   LatencyHistogram now = ParseHistogram(page, "vllm:time_to_first_token_seconds");
+//   LatencyHistogram last_minute = now.Minus(a_minute_ago);
+//   double p99_s = last_minute.Quantile(0.99);       // -1 when nothing was observed
+//   double within = last_minute.ShareAtMost(2.0);     // share of TTFTs <= 2 s
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+namespace aicloud::control {
+
+// A cumulative histogram summed over label sets: observations <= le[i] in cumulative[i], all of
+// them (the +Inf bucket) in count.
+struct LatencyHistogram {
+  std::vector<double> le;          // finite upper bounds, ascending
+  std::vector<double> cumulative;  // same length as le
+  double count = 0;
+
+  bool empty() const { return count <= 0; }
+  // Bucket by bucket this - earlier: what was observed between the two scrapes. An earlier
+  // histogram with other bounds, or larger counts (the engine restarted), gives this one whole.
+  LatencyHistogram Minus(const LatencyHistogram& earlier) const;
+  // The q-quantile (0 < q <= 1), linear inside its bucket from the bucket below's bound (0 for
+  // the first), as Prometheus' histogram_quantile; the largest finite bound when it falls in the
+  // +Inf bucket; -1 when empty.
+  double Quantile(double q) const;
+  // Share of observations <= x, linear inside the bucket holding x; 1 when empty.
+  double ShareAtMost(double x) const;
+};
+
+// The histogram `name` (its name_bucket lines, le="..." label) from a Prometheus text page; an
+// empty histogram when absent or malformed.
+LatencyHistogram ParseHistogram(std::string_view text, std::string_view name);
+
+}  // namespace aicloud::control
