@@ -6,9 +6,9 @@
 # Checks: a chat request with a tenant key is held while a replica starts (scale from zero) and
 # its answer streams back; /v1/models shows a key only its tenant's models; another tenant's key
 # gets 403 (an unknown key 401); a canary revision gets its weight's share of requests and
-# `aicloud rollout undo` retires it; a burst scales replicas up; a tenant over its token budget
-# gets 429 and
-# concurrent requests never spend past the budget; idleness scales the deployment to zero.
+# `aicloud rollout undo` retires it; a burst scales replicas up and status.observed reports what
+# the replicas served; a tenant over its token budget gets 429 and concurrent requests never
+# spend past the budget; idleness scales the deployment to zero.
 # Needs curl, jq, xargs. Prints PASS/FAIL lines; exits 1 when a check failed.
 set -u
 bin=$(realpath "${1:?usage: tests/e2e_deploy.sh path/to/aicloud}")
@@ -189,6 +189,13 @@ seq 48 | xargs -P 48 -I{} curl -sS -m 300 -o /dev/null -w '%{http_code}\n' "$url
 burst_pid=$!
 if wait_until 120 sh -c "'$bin' get deployment chat -t acme -o json 2>/dev/null | jq -e '.status.desiredReplicas >= 2 and .status.readyReplicas >= 2' >/dev/null"; then
   pass "$c ($before -> $(dep_field chat acme .status.readyReplicas) ready replicas: $(dep_field chat acme .status.lastScale.reason))"
+else
+  fail $c "$(dep_field chat acme '.status | del(.history)')"
+fi
+# While the burst runs, status.observed reports what the replicas served (from their /metrics).
+c=observed
+if wait_until 60 sh -c "'$bin' get deployment chat -t acme -o json 2>/dev/null | jq -e '(.status.observed.requests // 0) >= 1 and .status.observed.generationTokensPerS > 0' >/dev/null"; then
+  pass "$c ($(dep_field chat acme '.status.observed | tostring'))"
 else
   fail $c "$(dep_field chat acme '.status | del(.history)')"
 fi
