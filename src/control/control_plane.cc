@@ -1209,6 +1209,12 @@ json ControlPlane::NodeRuntime() {
   return out;
 }
 
+json ControlPlane::NodeMetrics(const std::string& node) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? json() : it->second.metrics;
+}
+
 double ControlPlane::TenantGpusInUse(const std::string& tenant) {
   std::lock_guard<std::mutex> l(mu_);
   double used = 0;

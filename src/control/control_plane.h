@@ -126,6 +126,9 @@ class ControlPlane {
                             const std::vector<std::pair<std::string, std::string>>& jobs);
   // Runtime facts of nodes kept in memory (heartbeat age, readiness, metrics): name → object.
   json NodeRuntime();
+  // The metrics of a node's last agent report ({"host": {...}, "gpus": [...]}, agent/host_metrics.h);
+  // null for an unknown node or one that reported none.
+  json NodeMetrics(const std::string& node);
   // GPUs in use by a tenant's scheduled/running jobs (for hard quota admission).
   double TenantGpusInUse(const std::string& tenant);
   // Nudges the controller (a Job was created or deleted, a node changed).

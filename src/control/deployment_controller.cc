@@ -201,10 +201,37 @@ Observed Over(const std::deque<std::pair<int64_t, ReplicaProbe>>& samples, int64
 
 double Rounded(double v, double unit) { return std::round(v / unit) * unit; }
 
+// Mean DCGM_FI_DEV_GPU_UTIL of the GPUs allocated to a replica's worker, from its node's last
+// report; -1 when the replica holds no GPU or the node reported none of its GPUs.
+double GpuUtilization(const json& job, const json& node_metrics) {
+  const json* status = job.contains("status") ? &job["status"] : nullptr;
+  if (status == nullptr || !status->is_object() || !status->contains("workers")) return -1;
+  const json& workers = (*status)["workers"];
+  if (!workers.is_array() || workers.empty() || !workers[0].is_object() || !workers[0].contains("allocation")) return -1;
+  const json& alloc = workers[0]["allocation"];
+  if (!alloc.is_object() || !alloc.contains("gpus") || !alloc["gpus"].is_array()) return -1;
+  if (!node_metrics.is_object() || !node_metrics.contains("gpus") || !node_metrics["gpus"].is_array()) return -1;
+  double sum = 0;
+  int n = 0;
+  for (const json& g : alloc["gpus"]) {
+    if (!g.is_object() || !g.contains("index")) continue;
+    for (const json& r : node_metrics["gpus"]) {
+      if (r.is_object() && r.contains("index") && r["index"] == g["index"] && r.contains("DCGM_FI_DEV_GPU_UTIL") &&
+          r["DCGM_FI_DEV_GPU_UTIL"].is_number()) {
+        sum += r["DCGM_FI_DEV_GPU_UTIL"].get<double>();
+        ++n;
+        break;
+      }
+    }
+  }
+  return n > 0 ? sum / n : -1;
+}
+
 }  // namespace
 
 json ObservedStatus(const std::vector<const Observed*>& replicas, const DeploymentSpec& spec) {
-  double seconds = 0, prompt_per_s = 0, generation_per_s = 0;
+  double seconds = 0, prompt_per_s = 0, generation_per_s = 0, gpu_sum = 0;
+  int gpu_n = 0;
   LatencyHistogram ttft, itl;
   auto add = [](LatencyHistogram* sum, const LatencyHistogram& h) {
     if (h.empty()) return;
@@ -216,6 +243,7 @@ json ObservedStatus(const std::vector<const Observed*>& replicas, const Deployme
     }
   };
   for (const Observed* o : replicas) {
+    if (o->gpu_utilization_pct >= 0) gpu_sum += o->gpu_utilization_pct, ++gpu_n;
     if (o->seconds <= 0) continue;
     seconds = std::max(seconds, o->seconds);
     prompt_per_s += o->prompt_tokens / o->seconds;
@@ -232,6 +260,7 @@ json ObservedStatus(const std::vector<const Observed*>& replicas, const Deployme
   if (!itl.empty()) out["tpotP99Ms"] = Rounded(itl.Quantile(0.99) * 1000, 0.1);
   if (spec.ttft_p99_ms > 0 && !ttft.empty()) out["ttftWithinSlo"] = Rounded(ttft.ShareAtMost(spec.ttft_p99_ms / 1000), 1e-4);
   if (spec.tpot_p99_ms > 0 && !itl.empty()) out["tpotWithinSlo"] = Rounded(itl.ShareAtMost(spec.tpot_p99_ms / 1000), 1e-4);
+  if (gpu_n > 0) out["gpuUtilizationPct"] = Rounded(gpu_sum / gpu_n, 0.1);
   return out;
 }
 
@@ -589,6 +618,9 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       r.recent = Over(h.samples, now_us, kSnapshotWindowUs);
       r.minute = Over(h.samples, now_us, kObservedWindowUs);
       kept[r.name] = std::move(h);
+      if (r.ready && options_.node_metrics) {
+        r.minute.gpu_utilization_pct = GpuUtilization(r.job, options_.node_metrics(NodeOf(r.job)));
+      }
     }
     health = std::move(kept);
   }
@@ -643,7 +675,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
   for (const Replica& r : current) {
     if (!r.ready) continue;
     fleet::ReplicaMetrics m{.id = r.name, .running = r.probe.running, .waiting = r.probe.waiting,
-                            .kv_usage = r.probe.kv_usage};
+                            .kv_usage = r.probe.kv_usage, .gpu_utilization_pct = r.minute.gpu_utilization_pct};
     if (const Observed& o = r.recent; o.seconds > 0) {
       m.ttft_p99_ms = std::max(o.ttft.Quantile(0.99), 0.0) * 1000;
       m.tpot_p99_ms = std::max(o.itl.Quantile(0.99), 0.0) * 1000;

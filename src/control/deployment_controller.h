@@ -98,13 +98,14 @@ struct Observed {
   double seconds = 0;  // 0: fewer than two probes a second apart in the window
   double prompt_tokens = 0, generation_tokens = 0;
   LatencyHistogram ttft, itl;
+  double gpu_utilization_pct = -1;  // at the last probe; -1: not known (no GPU, no report)
 };
 
 // A Deployment's status.observed from its ready replicas' last minute: windowS, requests (that
 // got a first token), promptTokensPerS, generationTokensPerS, ttftP99Ms and tpotP99Ms (from the
 // engines' histograms, interpolated within a bucket), and with an SLO ttftWithinSlo /
-// tpotWithinSlo (the share of first tokens / inter-token gaps within it). null when no replica
-// has a window yet.
+// tpotWithinSlo (the share of first tokens / inter-token gaps within it), and gpuUtilizationPct
+// (the mean over replicas whose GPUs report it). null when no replica has a window yet.
 nlohmann::json ObservedStatus(const std::vector<const Observed*>& replicas, const DeploymentSpec& spec);
 
 struct ServingEndpoint {
@@ -156,6 +157,9 @@ struct DeploymentControllerOptions {
   // (the control plane learns of new jobs after the turn). A refusal is shown in status.error
   // and retried every turn (quota may free up).
   std::function<Status(const nlohmann::json& job, double unseen_gpus, std::string* warning)> admit;
+  // A node's last agent report metrics (ControlPlane::NodeMetrics): a replica's GPU utilization is
+  // the mean DCGM_FI_DEV_GPU_UTIL of the GPUs allocated to it. Unset: none is known.
+  std::function<nlohmann::json(const std::string& node)> node_metrics;
   // Seconds added to the clock's for the autoscalers, so the bins of a learned daily load profile
   // are times of day (UTC) and mean the same after a restart. Default: the system clock's time
   // minus the clock's, taken when the controller is made.

@@ -214,7 +214,9 @@ class DeploymentControllerTest : public ::testing::Test {
     dc_.reset();
     dc_ = std::make_unique<DeploymentController>(
         &store_, &clock_, &metrics_,
-        DeploymentControllerOptions{.engine_binary = "/bin/aicloud", .autoscaler_clock_offset_s = autoscaler_clock_offset_s},
+        DeploymentControllerOptions{.engine_binary = "/bin/aicloud",
+                                    .node_metrics = [this](const std::string& node) { return node_metrics_.value(node, json()); },
+                                    .autoscaler_clock_offset_s = autoscaler_clock_offset_s},
         [this](const std::string& url) {
           if (probe_hook_) return OwnEngine(url, probe_hook_(url));
           ReplicaProbe p;
@@ -298,6 +300,7 @@ class DeploymentControllerTest : public ::testing::Test {
   std::mutex fake_mu_;
   std::map<std::string, ReplicaProbe> fake_;  // written by the test between turns only
   std::function<ReplicaProbe(const std::string&)> probe_hook_;  // set: answers instead of fake_
+  json node_metrics_ = json::object();  // node -> its agent's last report metrics
   std::map<std::string, int> probes_;
   std::unique_ptr<DeploymentController> dc_;
 };
@@ -326,7 +329,8 @@ TEST_F(DeploymentControllerTest, TheDefaultAutoscalerLeavesAnUnusedDeploymentAtZ
 // One replica's engine serves 5,000 prompt and 100 generated tokens a second, 10 requests a
 // second: 9 get their first token within 0.1 s, 1 within (0.1, 1] s. The autoscaler sizes from
 // those rates and the Deployment's capacity (5.1 replicas of work at 70% -> 8), and
-// status.observed reports the rates, the percentiles and the shares within the SLO.
+// status.observed reports the rates, the percentiles, the shares within the SLO and the
+// utilization its node's agent reports for the replica's GPU.
 TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAndTheStatus) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 10}}},
          {"slo", {{"ttftP99Ms", 500}, {"tpotP99Ms", 100}}},
@@ -335,6 +339,11 @@ TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAn
   ASSERT_EQ(Replicas().size(), 1u);
   RunAll();
   const std::string url = fake_.begin()->first;  // only this replica runs: the others stay pending
+  // It holds GPU 1 of n1, whose agent reports 80% there (and 10% on GPU 0).
+  json job = Replicas().at(0);
+  job["status"]["workers"][0]["allocation"] = {{"gpus", {{{"index", 1}, {"milli", 1000}}}}};
+  ASSERT_TRUE(store_.Update(job, 0).ok());
+  node_metrics_["n1"] = {{"gpus", {{{"index", 0}, {"DCGM_FI_DEV_GPU_UTIL", 10}}, {{"index", 1}, {"DCGM_FI_DEV_GPU_UTIL", 80}}}}};
   for (int t = 0; t <= 20; ++t) {
     ReplicaProbe p{.healthy = true};
     p.prompt_tokens = 5000.0 * t;
@@ -357,6 +366,7 @@ TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAn
   EXPECT_NEAR(o["ttftWithinSlo"].get<double>(), 0.9444, 1e-4);  // 0.9 + 0.1 x 0.4 / 0.9
   EXPECT_NEAR(o["tpotP99Ms"].get<double>(), 9.9, 0.05);
   EXPECT_EQ(o["tpotWithinSlo"], 1);
+  EXPECT_EQ(o["gpuUtilizationPct"], 80);
 
 }
 

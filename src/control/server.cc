@@ -40,7 +40,8 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
                                   .admit = [st = s->store_.get(), cp](const nlohmann::json& job, double unseen_gpus,
                                                                       std::string* warning) {
                                     return AdmitJob(st, cp, job, warning, unseen_gpus);
-                                  }},
+                                  },
+                                  .node_metrics = [cp](const std::string& node) { return cp->NodeMetrics(node); }},
       nullptr,
       [cp] { cp->Wake(); });
   AICLOUD_RETURN_IF_ERROR(s->deployments_->Start());

@@ -45,6 +45,10 @@ struct ReplicaMetrics {
   double ttft_p99_ms = 0;    // over the last metrics window; 0 when nothing finished in it
   double tpot_p99_ms = 0;
   double tokens_per_s = 0;   // generated tokens/s over the last window
+  // Mean utilization of its GPUs as their node's agent last reported it (DCGM_FI_DEV_GPU_UTIL);
+  // -1 when not known. Reported, not scaled on: a single request drives it near 100% and DCGM
+  // lags ~40 s (dcgm-exporter#301, DCGM#170), so no policy here decides by it.
+  double gpu_utilization_pct = -1;
 };
 
 struct DeploymentSnapshot {
