@@ -58,6 +58,11 @@ class DeploymentDirectory final : public gateway::Directory {
     if (slash == std::string_view::npos) return;
     dc_->NoteActivity(std::string(deployment.substr(0, slash)), std::string(deployment.substr(slash + 1)));
   }
+  void NoteArrival(std::string_view deployment) override {
+    const size_t slash = deployment.find('/');
+    if (slash == std::string_view::npos) return;
+    dc_->NoteArrival(std::string(deployment.substr(0, slash)), std::string(deployment.substr(slash + 1)));
+  }
   uint64_t Version() const override { return notifier_.Version(); }
   uint64_t WaitForChange(uint64_t seen, std::chrono::milliseconds timeout) override {
     return notifier_.WaitForChange(seen, timeout);

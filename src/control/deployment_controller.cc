@@ -410,7 +410,6 @@ void DeploymentController::NoteRequests(const std::string& tenant, const std::st
     std::lock_guard<std::mutex> l(mu_);
     State& s = states_[tenant + "/" + deployment];
     s.last_activity_us = clock_->NowMicros();
-    ++s.arrivals;
     wake = held > 0 && s.held == 0;
     s.held = std::max(0, held);
     if (held > 0) s.held_at_us = s.last_activity_us;
@@ -422,6 +421,13 @@ void DeploymentController::NoteRequests(const std::string& tenant, const std::st
 void DeploymentController::NoteActivity(const std::string& tenant, const std::string& deployment) {
   std::lock_guard<std::mutex> l(mu_);
   states_[tenant + "/" + deployment].last_activity_us = clock_->NowMicros();
+}
+
+void DeploymentController::NoteArrival(const std::string& tenant, const std::string& deployment) {
+  std::lock_guard<std::mutex> l(mu_);
+  State& s = states_[tenant + "/" + deployment];
+  s.last_activity_us = clock_->NowMicros();
+  ++s.arrivals;
 }
 
 int DeploymentController::NextPort(std::vector<int>* used) const {
@@ -690,6 +696,28 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
   snap.starting_replicas = static_cast<int>(current.size()) - ready;
   snap.pending_requests = held;
   snap.slo = {.ttft_p99_ms = spec->ttft_p99_ms, .tpot_p99_ms = spec->tpot_p99_ms, .tokens_per_s = spec->tokens_per_s};
+  {
+    // Arrivals noted by the gateway over the last 10 s: a burst counts as it arrives. (Requests
+    // that reached the replicas another way count through the engines' first tokens.)
+    std::lock_guard<std::mutex> l(mu_);
+    State& s = states_[key];
+    s.arrival_samples.emplace_back(now_us, s.arrivals);
+    while (s.arrival_samples.size() > 2 && now_us - s.arrival_samples[1].first >= kSnapshotWindowUs) {
+      s.arrival_samples.pop_front();
+    }
+    const auto& [t0, n0] = s.arrival_samples.front();
+    if (now_us - t0 >= 1'000'000) {
+      const double gateway_rps = static_cast<double>(s.arrivals - n0) / (static_cast<double>(now_us - t0) / 1e6);
+      if (gateway_rps > snap.arrival_rps) {
+        double prompt = 0, requests = 0;  // the engines' computed prompt tokens per request
+        for (const Replica& r : current) {
+          if (r.ready && r.minute.seconds > 0) prompt += r.minute.prompt_tokens, requests += r.minute.ttft.count;
+        }
+        if (requests > 0) snap.prompt_tokens_per_s = std::max(snap.prompt_tokens_per_s, gateway_rps * prompt / requests);
+        snap.arrival_rps = gateway_rps;
+      }
+    }
+  }
   snap.capacity.max_concurrency = spec->max_num_seqs;
   snap.capacity.prefill_tokens_per_s = spec->prefill_tokens_per_s;
   snap.capacity.decode_tokens_per_s = spec->decode_tokens_per_s;

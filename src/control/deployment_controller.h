@@ -189,6 +189,11 @@ class DeploymentController {
   void NoteRequests(const std::string& tenant, const std::string& deployment, int held);
   // A request for the deployment was admitted or finished at the gateway (resets the idle clock).
   void NoteActivity(const std::string& tenant, const std::string& deployment);
+  // A request for the deployment was admitted at the gateway: activity, and an arrival. The
+  // autoscaler's arrival rate is the larger of these over the last 10 s and the engines' first
+  // tokens, and its prompt tokens/s that rate times the prompt tokens the engines computed per
+  // request over the last minute: a burst counts when it arrives, not as the engines get to it.
+  void NoteArrival(const std::string& tenant, const std::string& deployment);
 
  private:
   struct State {
@@ -198,7 +203,8 @@ class DeploymentController {
     int64_t last_activity_us = 0;
     int held = 0;
     int64_t held_at_us = 0;
-    int64_t arrivals = 0;
+    int64_t arrivals = 0;  // noted by the gateway (NoteArrival)
+    std::deque<std::pair<int64_t, int64_t>> arrival_samples;  // (turn time, arrivals), 10 s and one before
     int desired = -1;
     std::string reason;
     std::string last_scale_at;

@@ -368,6 +368,14 @@ TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAn
   EXPECT_EQ(o["tpotWithinSlo"], 1);
   EXPECT_EQ(o["gpuUtilizationPct"], 80);
 
+  // 200 requests arrive at the gateway within a second, before the engine has got to them (its
+  // counters do not move): the autoscaler counts them as they arrive (20 a second over its 10 s
+  // window), each as the 500 prompt tokens a request has taken on the engine, and scales up.
+  for (int i = 0; i < 200; ++i) dc_->NoteArrival("acme", "chat");
+  dc_->Turn();
+  st = Status();
+  EXPECT_GT(st["desiredReplicas"].get<int>(), 8) << st["lastScale"].dump();
+  EXPECT_NE(st["lastScale"]["reason"].get<std::string>().find("arrivals"), std::string::npos) << st["lastScale"].dump();
 }
 
 TEST_F(DeploymentControllerTest, ScalesFromZeroOnARequestAndBackToZeroWhenIdle) {

@@ -75,6 +75,9 @@ class Directory {
   // A request for `deployment` was admitted or finished: it is in use (scale to zero measures
   // idleness from the last of these). Called on the request path: must be cheap.
   virtual void NoteActivity(std::string_view deployment) { (void)deployment; }
+  // A request for `deployment` was admitted (an arrival, for the autoscaler's arrival rate; also
+  // activity). Called on the request path: must be cheap.
+  virtual void NoteArrival(std::string_view deployment) { NoteActivity(deployment); }
 
   // Change notification. Version() increases on every change of any route; WaitForChange
   // blocks until Version() != seen or the timeout passes and returns Version(). The default

@@ -517,9 +517,9 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   call.series = ModelSeriesOf(call.rec.model);  // admitted: the model's series exist from here
   if (call.body.empty()) call.body = std::move(req.body);  // not before: a request admitted again on a worker reads it again
 
-  // Admitted: the deployment is in use (scale to zero counts idleness from the last of these;
-  // refused requests do not keep it up).
-  deps_.directory->NoteActivity(route->deployment);
+  // Admitted: an arrival, and the deployment is in use (scale to zero counts idleness from the
+  // last of these; refused requests do not keep it up).
+  deps_.directory->NoteArrival(route->deployment);
 
   if (options_.policy == "prefix" || options_.policy == "score") {
     call.prefix = PrefixHashes(call.info.prompt_text, options_.prefix_block_bytes, options_.router.max_prefix_blocks);
