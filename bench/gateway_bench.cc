@@ -9,8 +9,11 @@
 //   gateway_bench --rate 5000 --seconds 5 --rounds 4 [--connections 64] [--json out.json]
 //                 [--worker-path] [--stub-workers] [--proxy-threads N] [--only TARGET]
 //                 [--pin LOADGEN,STUB,PROXY] [--usage log|null] [--prompt-bytes N]
-//                 [--stub-usage header|body] [--slice MS]
+//                 [--stub-usage header|body] [--slice MS] [--nginx-log off|buffered]
 //
+// --nginx-log buffered gives nginx a per-request access log in the combined format, buffered as
+// production configurations do (buffer=64k flush=1s; Debian's default config logs every request,
+// unbuffered), to stand for the gateway's per-request usage record; the default is off.
 // --worker-path adds a fourth target, "gw-worker": a second gateway with fast_path off, so every
 // request takes a worker thread and a blocking upstream client (the gateway before the fast path).
 // The stub answers a fixed chat.completion body (with usage) from an http::Server, inline on its
@@ -87,6 +90,7 @@ struct Flags {
   std::string only;  // run this target alone (for profiling), besides direct
   int proxy_threads = 1;  // the gateway's I/O threads and nginx's worker processes
   std::string usage = "log";  // the gateways' usage sink: log (JSON lines to /dev/null) or null
+  std::string nginx_log = "off";  // nginx's access log: off, or buffered (a file in its directory)
   std::vector<int> pin;   // CPUs of the load generator, the stub and the proxies; empty: unpinned
   size_t prompt_bytes = 0;  // pad the user message to this many bytes (a RAG-sized prompt)
   std::string stub_usage = "header";  // header: usage also in x-aicloud-usage, as aicloud's engine; body: only in the body
@@ -367,7 +371,9 @@ pid_t StartNginx(const Flags& f, uint16_t stub_port, uint16_t port, std::string*
        << ";\npid " << dir << "/nginx.pid;\n"
        << "error_log " << dir << "/error.log warn;\n"
        << "events { worker_connections 4096; }\n"
-       << "http {\n  access_log off;\n"
+       << "http {\n"
+       << (f.nginx_log == "buffered" ? "  access_log " + dir + "/access.log combined buffer=64k flush=1s;\n"
+                                     : std::string("  access_log off;\n"))
        << "  keepalive_requests 1000000;\n  keepalive_timeout 300s;\n"
        // Request bodies stay in memory (the default 16 KiB buffer sends a RAG-sized body to a
        // temp file, which no operator proxying LLM traffic would leave so).
@@ -442,6 +448,13 @@ int Main(int argc, char** argv) {
     else if (a == "--only") f.only = val();
     else if (a == "--proxy-threads") f.proxy_threads = std::max(1, std::stoi(val()));
     else if (a == "--usage") f.usage = val();
+    else if (a == "--nginx-log") {
+      f.nginx_log = val();
+      if (f.nginx_log != "off" && f.nginx_log != "buffered") {
+        std::fprintf(stderr, "error: --nginx-log wants off or buffered (got \"%s\")\n", f.nginx_log.c_str());
+        return 2;
+      }
+    }
     else if (a == "--prompt-bytes") f.prompt_bytes = static_cast<size_t>(std::stoul(val()));
     else if (a == "--stub-usage") f.stub_usage = val();
     else if (a == "--slice") {
@@ -468,7 +481,8 @@ int Main(int argc, char** argv) {
                    "                     [--nginx PATH] [--policy P] [--no-limits] [--json FILE]\n"
                    "                     [--worker-path] [--stub-workers] [--only TARGET]\n"
                    "                     [--proxy-threads N] [--pin LOADGEN,STUB,PROXY] [--usage log|null]\n"
-                   "                     [--prompt-bytes N] [--stub-usage header|body] [--slice MS]\n");
+                   "                     [--prompt-bytes N] [--stub-usage header|body] [--slice MS]\n"
+                   "                     [--nginx-log off|buffered]\n");
       return 2;
     }
   }
