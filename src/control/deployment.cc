@@ -150,6 +150,7 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const json& spec, const std::string
     d.target_concurrency = a.value("targetConcurrency", 0.0);
     if (d.target_concurrency < 0) return FieldError("spec.autoscaler.targetConcurrency", "must not be negative");
     if (a.contains("capacity")) {
+      if (d.autoscaler != "ours") return FieldError("spec.autoscaler.capacity", "only with policy ours");
       const json& c = a["capacity"];
       if (!c.is_object()) return FieldError("spec.autoscaler.capacity", "must be an object {prefillTokensPerS, decodeTokensPerS}");
       d.prefill_tokens_per_s = c.value("prefillTokensPerS", 0.0);

@@ -171,8 +171,11 @@ std::string CommandFlag(const json& job, std::string_view flag) {
 // window dropped (one older is kept, so a full window can be measured). A counter that fell (the
 // engine restarted) starts the history again.
 void AddSample(std::deque<std::pair<int64_t, ReplicaProbe>>* samples, int64_t now_us, const ReplicaProbe& p) {
+  if (!p.metrics) return;  // /metrics did not answer: no sample
   if (!samples->empty()) {
     const ReplicaProbe& last = samples->back().second;
+    // A histogram that went missing is a page without it, not a restart: no sample.
+    if ((p.ttft.empty() && !last.ttft.empty()) || (p.itl.empty() && !last.itl.empty())) return;
     if (p.prompt_tokens < last.prompt_tokens || p.generation_tokens < last.generation_tokens ||
         p.ttft.count < last.ttft.count || p.itl.count < last.itl.count) {
       samples->clear();
@@ -184,9 +187,9 @@ void AddSample(std::deque<std::pair<int64_t, ReplicaProbe>>* samples, int64_t no
 
 Observed Over(const std::deque<std::pair<int64_t, ReplicaProbe>>& samples, int64_t now_us, int64_t window_us) {
   if (samples.size() < 2) return {};
-  // The oldest sample at most window_us old, else the newest older one.
+  // The newest sample at least window_us old, else the oldest.
   size_t first = samples.size() - 2;
-  while (first > 0 && now_us - samples[first - 1].first <= window_us) --first;
+  while (first > 0 && now_us - samples[first].first < window_us) --first;
   const auto& [t0, a] = samples[first];
   const auto& [t1, b] = samples.back();
   Observed o;
@@ -199,7 +202,11 @@ Observed Over(const std::deque<std::pair<int64_t, ReplicaProbe>>& samples, int64
   return o;
 }
 
-double Rounded(double v, double unit) { return std::round(v / unit) * unit; }
+// v with `digits` decimals (a value JSON prints without float noise).
+double Rounded(double v, int digits) {
+  const double k = std::pow(10.0, digits);
+  return std::round(v * k) / k;
+}
 
 // Mean DCGM_FI_DEV_GPU_UTIL of the GPUs allocated to a replica's worker, from its node's last
 // report; -1 when the replica holds no GPU or the node reported none of its GPUs.
@@ -230,9 +237,9 @@ double GpuUtilization(const json& job, const json& node_metrics) {
 }  // namespace
 
 json ObservedStatus(const std::vector<const Observed*>& replicas, const DeploymentSpec& spec) {
-  double seconds = 0, prompt_per_s = 0, generation_per_s = 0, gpu_sum = 0;
+  double seconds = 0, prompt_per_s = 0, generation_per_s = 0, gpu_sum = 0, requests = 0;
   int gpu_n = 0;
-  LatencyHistogram ttft, itl;
+  LatencyHistogram ttft, itl;  // replicas whose engines bucket otherwise are left out of these
   auto add = [](LatencyHistogram* sum, const LatencyHistogram& h) {
     if (h.empty()) return;
     if (sum->empty()) {
@@ -246,21 +253,22 @@ json ObservedStatus(const std::vector<const Observed*>& replicas, const Deployme
     if (o->gpu_utilization_pct >= 0) gpu_sum += o->gpu_utilization_pct, ++gpu_n;
     if (o->seconds <= 0) continue;
     seconds = std::max(seconds, o->seconds);
+    requests += o->ttft.count;
     prompt_per_s += o->prompt_tokens / o->seconds;
     generation_per_s += o->generation_tokens / o->seconds;
     add(&ttft, o->ttft);
     add(&itl, o->itl);
   }
   if (seconds <= 0) return nullptr;
-  json out = {{"windowS", Rounded(seconds, 1)},
-              {"requests", ttft.count},
-              {"promptTokensPerS", Rounded(prompt_per_s, 0.1)},
-              {"generationTokensPerS", Rounded(generation_per_s, 0.1)}};
-  if (!ttft.empty()) out["ttftP99Ms"] = Rounded(ttft.Quantile(0.99) * 1000, 0.1);
-  if (!itl.empty()) out["tpotP99Ms"] = Rounded(itl.Quantile(0.99) * 1000, 0.1);
-  if (spec.ttft_p99_ms > 0 && !ttft.empty()) out["ttftWithinSlo"] = Rounded(ttft.ShareAtMost(spec.ttft_p99_ms / 1000), 1e-4);
-  if (spec.tpot_p99_ms > 0 && !itl.empty()) out["tpotWithinSlo"] = Rounded(itl.ShareAtMost(spec.tpot_p99_ms / 1000), 1e-4);
-  if (gpu_n > 0) out["gpuUtilizationPct"] = Rounded(gpu_sum / gpu_n, 0.1);
+  json out = {{"windowS", 5 * std::lround(seconds / 5)},  // steady from write to write
+              {"requests", std::llround(requests)},
+              {"promptTokensPerS", Rounded(prompt_per_s, 1)},
+              {"generationTokensPerS", Rounded(generation_per_s, 1)}};
+  if (const double q = ttft.Quantile(0.99); q >= 0) out["ttftP99Ms"] = Rounded(q * 1000, 1);
+  if (const double q = itl.Quantile(0.99); q >= 0) out["tpotP99Ms"] = Rounded(q * 1000, 1);
+  if (spec.ttft_p99_ms > 0 && !ttft.empty()) out["ttftWithinSlo"] = Rounded(ttft.ShareAtMost(spec.ttft_p99_ms / 1000), 4);
+  if (spec.tpot_p99_ms > 0 && !itl.empty()) out["tpotWithinSlo"] = Rounded(itl.ShareAtMost(spec.tpot_p99_ms / 1000), 4);
+  if (gpu_n > 0) out["gpuUtilizationPct"] = std::lround(gpu_sum / gpu_n);
   return out;
 }
 
@@ -309,6 +317,8 @@ ReplicaProbe ParseEngineMetrics(std::string_view text) {
   p.generation_tokens = SumMetric(text, "vllm:generation_tokens_total");
   p.ttft = ParseHistogram(text, "vllm:time_to_first_token_seconds");
   p.itl = ParseHistogram(text, "vllm:inter_token_latency_seconds");
+  p.metrics = std::isfinite(p.prompt_tokens) && std::isfinite(p.generation_tokens) && std::isfinite(p.kv_usage);
+  if (!p.metrics) p.prompt_tokens = p.generation_tokens = p.kv_usage = 0;
   return p;
 }
 
@@ -624,11 +634,18 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       r.recent = Over(h.samples, now_us, kSnapshotWindowUs);
       r.minute = Over(h.samples, now_us, kObservedWindowUs);
       kept[r.name] = std::move(h);
-      if (r.ready && options_.node_metrics) {
-        r.minute.gpu_utilization_pct = GpuUtilization(r.job, options_.node_metrics(NodeOf(r.job)));
-      }
     }
     health = std::move(kept);
+  }
+  if (options_.node_metrics) {  // outside mu_: the control plane's lock is held for its turns
+    std::map<std::string, json> reports;  // one read per node
+    for (Replica& r : current) {
+      if (!r.ready) continue;
+      const std::string node = NodeOf(r.job);
+      auto it = reports.find(node);
+      if (it == reports.end()) it = reports.emplace(node, options_.node_metrics(node)).first;
+      r.minute.gpu_utilization_pct = GpuUtilization(r.job, it->second);
+    }
   }
   int ready = 0, in_flight = 0;
   for (const Replica& r : current) {
@@ -950,12 +967,17 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     std::lock_guard<std::mutex> l(mu_);
     State& s = states_[key];
     if (s.observed_at_us == 0 || now_us - s.observed_at_us >= kObservedEveryUs) {
-      s.observed_at_us = now_us;
       std::vector<const Observed*> ready_minutes;
       for (const Replica& r : current) {
         if (!r.terminal && r.ready) ready_minutes.push_back(&r.minute);
       }
       s.observed = ObservedStatus(ready_minutes, *spec);
+      // Until ready replicas have a window (a restarted server), the stored one stays.
+      if (s.observed.is_null() && !ready_minutes.empty() && old_status.is_object() && old_status.contains("observed")) {
+        s.observed = old_status["observed"];
+      } else {
+        s.observed_at_us = now_us;
+      }
     }
     if (!s.observed.is_null()) status["observed"] = s.observed;
   }

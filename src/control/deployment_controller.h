@@ -71,7 +71,9 @@ struct ReplicaProbe {
   std::string model;     // the model_name label of those metrics ("" when absent)
   std::string instance;  // /health's "instance": the replica job the engine was started for
   // Cumulative since the engine started: the controller subtracts an earlier probe of the same
-  // replica for rates and percentiles over a window.
+  // replica for rates and percentiles over a window. Only when `metrics`: /metrics answered and
+  // every value read was finite (a probe whose /metrics failed is no sample, not a reset).
+  bool metrics = false;
   double prompt_tokens = 0;      // vllm:prompt_tokens_total
   double generation_tokens = 0;  // vllm:generation_tokens_total
   LatencyHistogram ttft;         // vllm:time_to_first_token_seconds

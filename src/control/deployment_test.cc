@@ -65,6 +65,8 @@ TEST(DeploymentSpec, RejectsBadSpecsNamingTheField) {
        "spec.autoscaler.capacity.decodeTokensPerS: required"},
       {{{"model", "/m"}, {"autoscaler", {{"capacity", {{"prefillTokensPerS", -1}, {"decodeTokensPerS", 10}}}}}},
        "spec.autoscaler.capacity.prefillTokensPerS"},
+      {{{"model", "/m"}, {"autoscaler", {{"policy", "hpa"}, {"capacity", {{"prefillTokensPerS", 1}, {"decodeTokensPerS", 1}}}}}},
+       "spec.autoscaler.capacity: only with policy ours"},
       {{{"model", "/m"}, {"strategy", {{"maxSurge", 0}, {"maxUnavailable", 0}}}}, "spec.strategy"},
       {{{"model", "/m"}, {"resources", {{"gpu", {{"count", 0}}}}}}, "spec.resources.gpu.count"},
       {{{"model", "/m"}, {"slo", {{"ttftP99Ms", -5}}}}, "spec.slo.ttftP99Ms"},
@@ -170,11 +172,16 @@ TEST(EngineMetrics, ParsesTheCountersAndHistogramsTheControllerTurnsIntoRates) {
       "vllm:inter_token_latency_seconds_bucket{model_name=\"a\",le=\"0.05\"} 290\n"
       "vllm:inter_token_latency_seconds_bucket{model_name=\"a\",le=\"+Inf\"} 295\n";
   ReplicaProbe p = ParseEngineMetrics(text);
+  EXPECT_TRUE(p.metrics);
   EXPECT_EQ(p.prompt_tokens, 1200);
   EXPECT_EQ(p.generation_tokens, 300);
   EXPECT_EQ(p.ttft.count, 5);
   EXPECT_EQ(p.ttft.cumulative, (std::vector<double>{4}));
   EXPECT_EQ(p.itl.count, 295);
+  // A counter that is not a finite number: the page is not a sample.
+  p = ParseEngineMetrics("vllm:prompt_tokens_total{model_name=\"a\"} NaN\n");
+  EXPECT_FALSE(p.metrics);
+  EXPECT_EQ(p.prompt_tokens, 0);
 }
 
 TEST(DeploymentSpec, TheSchemaTakesTheEngineOrderAndTheAutoscalersCapacity) {
@@ -344,13 +351,16 @@ TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAn
   job["status"]["workers"][0]["allocation"] = {{"gpus", {{{"index", 1}, {"milli", 1000}}}}};
   ASSERT_TRUE(store_.Update(job, 0).ok());
   node_metrics_["n1"] = {{"gpus", {{{"index", 0}, {"DCGM_FI_DEV_GPU_UTIL", 10}}, {{"index", 1}, {"DCGM_FI_DEV_GPU_UTIL", 80}}}}};
-  for (int t = 0; t <= 20; ++t) {
-    ReplicaProbe p{.healthy = true};
+  auto engine_at = [](int t) {
+    ReplicaProbe p{.healthy = true, .metrics = true};
     p.prompt_tokens = 5000.0 * t;
     p.generation_tokens = 100.0 * t;
     p.ttft = {{0.1, 1}, {9.0 * t, 10.0 * t}, 10.0 * t};
     p.itl = {{0.01, 0.1}, {100.0 * t, 100.0 * t}, 100.0 * t};
-    fake_[url] = p;
+    return p;
+  };
+  for (int t = 0; t <= 20; ++t) {
+    fake_[url] = engine_at(t);
     dc_->Turn();
     clock_.Advance(1'000'000);
   }
@@ -368,10 +378,23 @@ TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAn
   EXPECT_EQ(o["tpotWithinSlo"], 1);
   EXPECT_EQ(o["gpuUtilizationPct"], 80);
 
+  // A probe whose /metrics failed (healthy, nothing read) is no sample: the next good one is
+  // measured against the last good one, not against zero (which read as a burst of everything
+  // the engine ever served).
+  fake_[url] = ReplicaProbe{.healthy = true};
+  dc_->Turn();
+  clock_.Advance(1'000'000);
+  fake_[url] = engine_at(22);
+  dc_->Turn();
+  clock_.Advance(1'000'000);
+  st = Status();
+  EXPECT_EQ(st["desiredReplicas"], 8) << st["lastScale"].dump();
+
   // 200 requests arrive at the gateway within a second, before the engine has got to them (its
   // counters do not move): the autoscaler counts them as they arrive (20 a second over its 10 s
   // window), each as the 500 prompt tokens a request has taken on the engine, and scales up.
   for (int i = 0; i < 200; ++i) dc_->NoteArrival("acme", "chat");
+  fake_[url] = engine_at(22);
   dc_->Turn();
   st = Status();
   EXPECT_GT(st["desiredReplicas"].get<int>(), 8) << st["lastScale"].dump();

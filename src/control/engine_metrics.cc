@@ -9,10 +9,11 @@
 namespace aicloud::control {
 
 LatencyHistogram LatencyHistogram::Minus(const LatencyHistogram& earlier) const {
-  if (earlier.le != le || earlier.count > count) return *this;
+  if (earlier.le.empty() && earlier.count == 0) return *this;  // nothing observed before (no lines yet)
+  if (earlier.le != le || earlier.count > count) return {};
   LatencyHistogram d = *this;
   for (size_t i = 0; i < le.size(); ++i) {
-    if (earlier.cumulative[i] > cumulative[i]) return *this;
+    if (earlier.cumulative[i] > cumulative[i]) return {};
     d.cumulative[i] -= earlier.cumulative[i];
   }
   d.count -= earlier.count;
@@ -60,16 +61,19 @@ LatencyHistogram ParseHistogram(std::string_view text, std::string_view name) {
     std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
     if (!line.starts_with(bucket)) continue;
-    const size_t at = line.find("le=\"", bucket.size() - 1);
+    // The le label (a whole label name: after '{' or ','), and the value after the label set (an
+    // optional timestamp may follow it).
+    size_t at = line.find("le=\"", bucket.size() - 1);
+    while (at != std::string_view::npos && line[at - 1] != '{' && line[at - 1] != ',') at = line.find("le=\"", at + 1);
     const size_t close = line.rfind('}');
-    const size_t sp = line.rfind(' ');
-    if (at == std::string_view::npos || close == std::string_view::npos || sp == std::string_view::npos || sp < close) {
+    if (at == std::string_view::npos || close == std::string_view::npos || close + 2 > line.size() || line[close + 1] != ' ') {
       return {};
     }
     const size_t quote = line.find('"', at + 4);
-    if (quote == std::string_view::npos) return {};
+    if (quote == std::string_view::npos || quote > close) return {};
     const std::string le(line.substr(at + 4, quote - at - 4));
-    const std::string value(line.substr(sp + 1));
+    std::string_view rest = line.substr(close + 2);
+    const std::string value(rest.substr(0, rest.find(' ')));
     char* value_end = nullptr;
     const double v = std::strtod(value.c_str(), &value_end);
     if (value_end == value.c_str() || !std::isfinite(v)) return {};

@@ -22,8 +22,9 @@ struct LatencyHistogram {
   double count = 0;
 
   bool empty() const { return count <= 0; }
-  // Bucket by bucket this - earlier: what was observed between the two scrapes. An earlier
-  // histogram with other bounds, or larger counts (the engine restarted), gives this one whole.
+  // Bucket by bucket this - earlier: what was observed between the two scrapes; all of this one
+  // when the earlier had no lines yet. Empty when the earlier histogram has other bounds or
+  // larger counts (the engine restarted): nothing known.
   LatencyHistogram Minus(const LatencyHistogram& earlier) const;
   // The q-quantile (0 < q <= 1), linear inside its bucket from the bucket below's bound (0 for
   // the first), as Prometheus' histogram_quantile; the largest finite bound when it falls in the

@@ -318,44 +318,76 @@ void Scheduler::PrefillShortestFirst(std::vector<Entry>& entries, int64_t& budge
   const int64_t now = Now();
   auto starved = [&](const Sequence* s) { return now - s->stats.arrival_micros >= options_.max_overtake_micros; };
   std::vector<Candidate> order;
+  // A preempted sequence goes first until it has recomputed, as the FCFS queue puts it back at
+  // its front.
   for (Sequence* s : running_) {
     const int64_t rest = static_cast<int64_t>(s->tokens.size()) - s->num_computed;
-    if (rest > 0 && s->entry < 0) order.push_back({s, starved(s), rest});
+    if (rest > 0 && s->entry < 0) order.push_back({s, starved(s) || s->stats.num_preemptions > 0, rest});
   }
   for (Sequence* s : waiting_) {
-    // A preempted sequence resumes first, as the FCFS queue puts it back at its front.
     const int64_t rest = static_cast<int64_t>(s->tokens.size()) - kv_.CachedPrefixLength(s->tokens, s->scope);
     order.push_back({s, starved(s) || s->stats.num_preemptions > 0, rest});
   }
-  // Those first oldest first; then the fewest tokens left, the older first on a tie.
+  // Those first oldest first, a running one before a waiting one (as FCFS serves running prefills
+  // before it admits); then the fewest tokens left, the older first on a tie.
   std::sort(order.begin(), order.end(), [](const Candidate& a, const Candidate& b) {
     if (a.first != b.first) return a.first;
+    if (a.first && a.s->running != b.s->running) return a.s->running;
     if (!a.first && a.rest != b.rest) return a.rest < b.rest;
     return a.s->order < b.s->order;
   });
-  // The budget is dealt out in that order. KV is reserved for the running sequences' chunks
-  // before any waiting one starts, so a preemption those need takes a running sequence, never one
-  // started in this step; and there is no admission in a step that had to preempt.
+  // The budget is dealt out in that order, to waiting sequences only while a seat (max_num_seqs),
+  // their adapter and blocks for their chunk look free: a share given to one that cannot start
+  // would be lost to the running ones behind it, and a long wait for a seat would stall them.
   int64_t left = budget;
+  int32_t seats = options_.max_num_seqs - static_cast<int32_t>(running_.size());
   for (Candidate& c : order) {
+    if (left <= 0) break;
+    if (!c.s->running) {
+      if (seats <= 0 || !LoraAllows(c.s->scope.adapter_id) || !kv_.CanAllocate(std::min(c.rest, left))) continue;
+      --seats;
+    }
     c.share = std::min(c.rest, left);
     left -= c.share;
   }
+  // KV for the running sequences' chunks is reserved before any waiting one starts, so a
+  // preemption those need takes a running sequence, never one started in this step; and there is
+  // no admission in a step that had to preempt.
   for (const Candidate& c : order) {
     if (c.share > 0 && c.s->running) ReserveOrPreempt(c.s, static_cast<int32_t>(c.share), entries, budget, plan);
   }
-  if (!plan.preempted.empty()) return;
-  for (const Candidate& c : order) {
-    if (c.share == 0 || c.s->running) continue;
-    int64_t share = std::min(c.share, budget);
-    if (share <= 0) break;
-    const int64_t given = share;
-    if (Start(c.s, entries, share, now)) {
-      budget -= given - share;
-      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), c.s));
-    } else if (c.first) {
-      break;  // as the FCFS head: nobody behind it starts before it
+  if (plan.preempted.empty()) {
+    for (const Candidate& c : order) {
+      if (c.s->running) continue;
+      int64_t share = std::min(c.share, budget);
+      if (share > 0) {
+        const int64_t given = share;
+        if (Start(c.s, entries, share, now)) {
+          budget -= given - share;
+          waiting_.erase(std::find(waiting_.begin(), waiting_.end(), c.s));
+          continue;
+        }
+      }
+      if (c.first) break;  // as the FCFS head: nobody behind it starts before it
     }
+  }
+  // What a waiting sequence could not use goes to the running ones still prefilling, in order,
+  // where their blocks allow it without preempting.
+  for (const Candidate& c : order) {
+    if (budget <= 0) break;
+    Sequence* s = c.s;
+    if (!s->running) continue;
+    const int64_t more = std::min(static_cast<int64_t>(s->tokens.size()) - s->num_computed, budget);
+    if (more <= 0 || !kv_.CanAppendSlots(s->id, more)) continue;
+    (void)kv_.AppendSlots(s->id, more);
+    if (s->entry >= 0) {
+      entries[static_cast<size_t>(s->entry)].num_tokens += static_cast<int32_t>(more);
+    } else {
+      s->entry = static_cast<int32_t>(entries.size());
+      entries.push_back({s, s->num_computed, static_cast<int32_t>(more), false});
+    }
+    s->num_computed += static_cast<int32_t>(more);
+    budget -= more;
   }
 }
 

@@ -375,6 +375,12 @@ TEST(SchedulerTest, OutputsIndependentOfArrivalBatchingBudgetAndPreemption) {
       {"shortest first, tiny pool, staggered", opts(48, 12, 14, 16, shortest), Staggered(reqs, 2), true},
       // Overtaking bounded at 5 steps of the fake clock: starved and fresh sequences mix.
       {"shortest first, overtake 5 ms", opts(64, 16, 12, 16, shortest_5ms), at_once, true},
+      // Few seats: a waiting sequence that cannot start must not take the budget from the running
+      // ones (it did once, and with a starved one waiting the engine made no progress at all).
+      {"shortest first, one seat", opts(16, 1, 4096, 16, shortest_5ms), Staggered(reqs, 1), false},
+      {"shortest first, two seats", opts(24, 2, 4096, 16, shortest_5ms), at_once, false},
+      {"shortest first, two seats, tiny pool", opts(32, 2, 12, 16, shortest_5ms), at_once, true},
+      {"shortest first, one seat, no overtake bound", opts(16, 1, 4096, 16, shortest), at_once, false},
       {"shortest first, max_loras 1", opts(128, 16, 4096, 16,
                                            [](SchedulerOptions& o) {
                                              o.prefill_order = PrefillOrder::kShortestFirst;
@@ -477,6 +483,41 @@ TEST(SchedulerTest, ShortestFirstAdmitsNobodyInAStepThatPreempts) {
   d.advance = &clock;
   const RunResult run = Drive(o, d);
   ExpectMatchesReference(run, reqs, "shortest first, pool of 11 blocks");
+}
+
+// An older prompt that has waited past max_overtake but cannot start — the only seat, or the KV
+// blocks, are held by a shorter prompt that started first — goes first for admission, yet must
+// not take the budget the running one needs to finish and free them.
+TEST(SchedulerTest, ShortestFirstNeverStallsOnAStarvedPromptThatCannotStart) {
+  struct Case {
+    const char* name;
+    int32_t budget, seats, blocks;
+    int long_prompt, short_prompt;
+  };
+  for (const Case& c : {Case{"one seat", 16, 1, 4096, 100, 60}, Case{"KV for one of them", 32, 4, 12, 150, 100}}) {
+    SchedulerOptions o = Options(c.budget, c.seats, c.blocks);
+    o.prefill_order = PrefillOrder::kShortestFirst;
+    o.max_overtake_micros = 2000;  // 2 steps of the fake clock: the short prompt is still prefilling
+    Rng rng(6);
+    std::vector<Request> reqs;
+    for (int n : {c.long_prompt, c.short_prompt}) {
+      Request r;
+      r.id = static_cast<RequestId>(reqs.size() + 1);
+      r.prompt = RandomTokens(rng, n);
+      r.sampling.max_tokens = 5;
+      r.sampling.ignore_eos = true;
+      r.sampling.seed = r.id;
+      reqs.push_back(r);
+    }
+    DriveOptions d;
+    d.arrivals[0] = reqs;
+    FakeClock clock;
+    d.clock = &clock;
+    d.advance = &clock;
+    const RunResult run = Drive(o, d);
+    ExpectMatchesReference(run, reqs, c.name);
+    EXPECT_LT(run.steps, 100) << c.name;
+  }
 }
 
 // A stream of short prompts that would take every step's whole budget does not starve a long
