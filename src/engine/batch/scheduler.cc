@@ -29,6 +29,9 @@ struct Scheduler::Sequence {
   bool running = false;
   uint64_t batch = 0;           // static batching: the batch it belongs to (0 = none yet)
   int32_t entry = -1;           // index in the step being built, -1 if not in it
+  // kShortestFirst, while waiting: its cached prefix when first ranked (the prefix cache moves
+  // slowly next to a queue's wait; hashing every waiting prompt every step would not). -1: not yet.
+  int64_t cached_hint = -1;
 };
 
 // ---- Construction ------------------------------------------------------------------------------
@@ -244,6 +247,7 @@ void Scheduler::Preempt(Sequence* v, std::vector<Entry>& entries, int64_t& budge
     v->entry = -1;
   }
   v->num_computed = 0;
+  v->cached_hint = -1;  // its blocks just went back to the cache
   running_.pop_back();
   AddRunningAdapter(v->scope.adapter_id, -1);
   v->running = false;
@@ -325,7 +329,8 @@ void Scheduler::PrefillShortestFirst(std::vector<Entry>& entries, int64_t& budge
     if (rest > 0 && s->entry < 0) order.push_back({s, starved(s) || s->stats.num_preemptions > 0, rest});
   }
   for (Sequence* s : waiting_) {
-    const int64_t rest = static_cast<int64_t>(s->tokens.size()) - kv_.CachedPrefixLength(s->tokens, s->scope);
+    if (s->cached_hint < 0) s->cached_hint = kv_.CachedPrefixLength(s->tokens, s->scope);
+    const int64_t rest = static_cast<int64_t>(s->tokens.size()) - s->cached_hint;
     order.push_back({s, starved(s) || s->stats.num_preemptions > 0, rest});
   }
   // Those first oldest first, a running one before a waiting one (as FCFS serves running prefills

@@ -33,13 +33,16 @@
 // That is the default order (PrefillOrder::kFcfs, as vLLM and SGLang by default). With
 // kShortestFirst, steps 3 and 4 become one: the sequences still prefilling and the waiting ones
 // get the step's prefill budget fewest prompt tokens left first (a waiting one counts its prompt
-// past its cached prefix), so a short prompt is not queued behind a long one (shortest remaining
-// processing time, which minimizes mean waiting). Nobody starves: a sequence that arrived
+// past the cached prefix it had when first ranked), so a short prompt is not queued behind a
+// long one (shortest remaining processing time, which minimizes mean waiting). Nobody starves:
+// a sequence that arrived
 // `max_overtake_micros` ago or earlier, or was preempted, goes ahead of the others, oldest
 // first, and a waiting one of those that cannot start (max_num_seqs, max_loras, KV) blocks
-// admission behind it as the FCFS head does. KV for the running sequences' chunks is reserved
-// before any waiting one starts, so the rule of step 4 holds. RESULTS.md section 7 measures what
-// the order is worth on TTFT.
+// admission behind it as the FCFS head does. A waiting sequence is dealt budget only while a
+// seat, its adapter and blocks look free, and what it could not use goes to the running
+// prefills, so one that cannot start never stalls those that run. KV for the running
+// sequences' chunks is reserved before any waiting one starts, so the rule of step 4 holds.
+// RESULTS.md section 7 measures what the order is worth on TTFT.
 // A prompt longer than the budget is thus split across steps (chunked prefill), and the
 // decodes of running sequences are scheduled before any prefill, so a long prompt never
 // stalls them.
