@@ -109,53 +109,6 @@ std::string NodeOf(const json& job) {
   return st["workers"][0].value("node", std::string());
 }
 
-// Sum of a metric's samples over all label sets: "name{...} value" or "name value" lines.
-double SumMetric(std::string_view text, std::string_view name) {
-  double sum = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.empty() || line[0] == '#' || line.substr(0, name.size()) != name) continue;
-    if (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ') continue;
-    const size_t sp = line.rfind(' ');
-    if (sp == std::string_view::npos) continue;
-    sum += std::strtod(std::string(line.substr(sp + 1)).c_str(), nullptr);
-  }
-  return sum;
-}
-
-// The value of label `label` on the first sample line of metric `name` ("" when none), with
-// Prometheus' escapes (\\, \", \n) undone.
-std::string FirstLabel(std::string_view text, std::string_view name, std::string_view label) {
-  const std::string key = std::string(name) + "{";
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (!line.starts_with(key)) continue;
-    const std::string want = std::string(label) + "=\"";
-    size_t at = line.find(want, key.size());
-    while (at != std::string_view::npos && line[at - 1] != '{' && line[at - 1] != ',') at = line.find(want, at + 1);
-    if (at == std::string_view::npos) return "";
-    std::string value;
-    for (size_t i = at + want.size(); i < line.size() && line[i] != '"'; ++i) {
-      if (line[i] == '\\' && i + 1 < line.size()) {
-        ++i;
-        value += line[i] == 'n' ? '\n' : line[i];
-      } else {
-        value += line[i];
-      }
-    }
-    return value;
-  }
-  return "";
-}
-
 // The value after `flag` in a replica job's command ("" when its command has none).
 std::string CommandFlag(const json& job, std::string_view flag) {
   const json& spec = job.value("spec", json::object());

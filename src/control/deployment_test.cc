@@ -22,6 +22,14 @@ namespace {
 
 using nlohmann::json;
 
+// The value after `flag` in a command line, "<missing>" when the flag is not there.
+std::string FlagValue(const std::vector<std::string>& argv, const std::string& flag) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == flag) return argv[i + 1];
+  }
+  return "<missing>";
+}
+
 TEST(DeploymentSpec, ParsesDefaultsAndProfiles) {
   StatusOr<DeploymentSpec> d = ParseDeploymentSpec({{"model", "/m"}}, "chat");
   ASSERT_TRUE(d.ok()) << d.status();
@@ -99,12 +107,7 @@ TEST(DeploymentSpec, ReplicaJobRunsTheEngineAndRevisionTracksTheTemplate) {
   ASSERT_GE(argv.size(), 4u);
   EXPECT_EQ(argv[0], "/bin/aicloud");
   EXPECT_EQ(argv[1], "engine");
-  auto after = [&](const std::string& flag) {
-    for (size_t i = 0; i + 1 < argv.size(); ++i) {
-      if (argv[i] == flag) return argv[i + 1];
-    }
-    return std::string("<missing>");
-  };
+  auto after = [&](const std::string& flag) { return FlagValue(argv, flag); };
   EXPECT_EQ(after("--model"), "/models/tiny");
   EXPECT_EQ(after("--port"), "21000");
   EXPECT_EQ(after("--lora"), "sql=/a/sql");
@@ -132,14 +135,8 @@ TEST(DeploymentSpec, ReplicaJobRunsTheEngineAndRevisionTracksTheTemplate) {
   ASSERT_TRUE(sf.ok()) << sf.status();
   const auto sf_argv = ReplicaJob(*sf, "acme", "chat", "chat-x", 21001, "/bin/aicloud")["spec"]["command"]
                            .get<std::vector<std::string>>();
-  auto sf_after = [&](const std::string& flag) {
-    for (size_t i = 0; i + 1 < sf_argv.size(); ++i) {
-      if (sf_argv[i] == flag) return sf_argv[i + 1];
-    }
-    return std::string("<missing>");
-  };
-  EXPECT_EQ(sf_after("--prefill-order"), "shortest-first");
-  EXPECT_EQ(sf_after("--max-overtake"), "20");
+  EXPECT_EQ(FlagValue(sf_argv, "--prefill-order"), "shortest-first");
+  EXPECT_EQ(FlagValue(sf_argv, "--max-overtake"), "20");
   DeploymentSpec fcfs = *sf;
   fcfs.prefill_order = "fcfs";
   EXPECT_NE(fcfs.Revision(), sf->Revision());

@@ -8,6 +8,57 @@
 
 namespace aicloud::control {
 
+namespace {
+
+// Calls fn(line) for each line of a Prometheus text page, without its '\n'; stops early when fn
+// returns false.
+template <class Fn>
+void ForEachLine(std::string_view text, Fn fn) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    if (!fn(text.substr(pos, end - pos))) return;
+    pos = end + 1;
+  }
+}
+
+}  // namespace
+
+double SumMetric(std::string_view text, std::string_view name) {
+  double sum = 0;
+  ForEachLine(text, [&](std::string_view line) {
+    if (line.empty() || line[0] == '#' || line.substr(0, name.size()) != name) return true;
+    if (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ') return true;
+    const size_t sp = line.rfind(' ');
+    if (sp != std::string_view::npos) sum += std::strtod(std::string(line.substr(sp + 1)).c_str(), nullptr);
+    return true;
+  });
+  return sum;
+}
+
+std::string FirstLabel(std::string_view text, std::string_view name, std::string_view label) {
+  const std::string key = std::string(name) + "{";
+  const std::string want = std::string(label) + "=\"";
+  std::string value;
+  ForEachLine(text, [&](std::string_view line) {
+    if (!line.starts_with(key)) return true;
+    size_t at = line.find(want, key.size());
+    while (at != std::string_view::npos && line[at - 1] != '{' && line[at - 1] != ',') at = line.find(want, at + 1);
+    if (at == std::string_view::npos) return false;
+    for (size_t i = at + want.size(); i < line.size() && line[i] != '"'; ++i) {
+      if (line[i] == '\\' && i + 1 < line.size()) {
+        ++i;
+        value += line[i] == 'n' ? '\n' : line[i];
+      } else {
+        value += line[i];
+      }
+    }
+    return false;
+  });
+  return value;
+}
+
 LatencyHistogram LatencyHistogram::Minus(const LatencyHistogram& earlier) const {
   if (earlier.le.empty() && earlier.count == 0) return *this;  // nothing observed before (no lines yet)
   if (earlier.le != le || earlier.count > count) return {};
@@ -54,38 +105,40 @@ LatencyHistogram ParseHistogram(std::string_view text, std::string_view name) {
   const std::string bucket = std::string(name) + "_bucket{";
   std::map<double, double> by_le;  // summed over label sets
   double inf = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (!line.starts_with(bucket)) continue;
+  bool malformed = false;
+  auto bad = [&] {
+    malformed = true;
+    return false;  // stop reading
+  };
+  ForEachLine(text, [&](std::string_view line) {
+    if (!line.starts_with(bucket)) return true;
     // The le label (a whole label name: after '{' or ','), and the value after the label set (an
     // optional timestamp may follow it).
     size_t at = line.find("le=\"", bucket.size() - 1);
     while (at != std::string_view::npos && line[at - 1] != '{' && line[at - 1] != ',') at = line.find("le=\"", at + 1);
     const size_t close = line.rfind('}');
     if (at == std::string_view::npos || close == std::string_view::npos || close + 2 > line.size() || line[close + 1] != ' ') {
-      return {};
+      return bad();
     }
     const size_t quote = line.find('"', at + 4);
-    if (quote == std::string_view::npos || quote > close) return {};
+    if (quote == std::string_view::npos || quote > close) return bad();
     const std::string le(line.substr(at + 4, quote - at - 4));
     std::string_view rest = line.substr(close + 2);
     const std::string value(rest.substr(0, rest.find(' ')));
     char* value_end = nullptr;
     const double v = std::strtod(value.c_str(), &value_end);
-    if (value_end == value.c_str() || !std::isfinite(v)) return {};
+    if (value_end == value.c_str() || !std::isfinite(v)) return bad();
     if (le == "+Inf") {
       inf += v;
-      continue;
+      return true;
     }
     char* le_end = nullptr;
     const double bound = std::strtod(le.c_str(), &le_end);
-    if (le_end == le.c_str() || !std::isfinite(bound)) return {};
+    if (le_end == le.c_str() || !std::isfinite(bound)) return bad();
     by_le[bound] += v;
-  }
+    return true;
+  });
+  if (malformed) return {};
   LatencyHistogram h;
   for (const auto& [bound, n] : by_le) {
     h.le.push_back(bound);

@@ -1,7 +1,7 @@
-// What the deployment controller reads from an engine's Prometheus page besides its gauges: the
-// latency histograms (vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds) and
-// token counters, which it turns into rates and percentiles over a window by subtracting an
-// earlier scrape, as a Prometheus rate() / histogram_quantile() query would.
+// Reading an engine's Prometheus page for the deployment controller: sums of samples, a label,
+// and the latency histograms (vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds)
+// that, with the token counters, it turns into rates and percentiles over a window by
+// subtracting an earlier scrape, as a Prometheus rate() / histogram_quantile() query would.
 //
 //   LatencyHistogram now = ParseHistogram(page, "vllm:time_to_first_token_seconds");
 //   LatencyHistogram last_minute = now.Minus(a_minute_ago);
@@ -9,6 +9,7 @@
 //   double within = last_minute.ShareAtMost(2.0);     // share of TTFTs <= 2 s
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -37,5 +38,13 @@ struct LatencyHistogram {
 // The histogram `name` (its name_bucket lines, le="..." label) from a Prometheus text page; an
 // empty histogram when absent or malformed.
 LatencyHistogram ParseHistogram(std::string_view text, std::string_view name);
+
+// Sum of a metric's samples over all label sets ("name{...} value" or "name value" lines); 0 when
+// absent.
+double SumMetric(std::string_view text, std::string_view name);
+
+// The value of label `label` on the first sample line of metric `name` ("" when none), with
+// Prometheus' escapes (\\, \", \n) undone.
+std::string FirstLabel(std::string_view text, std::string_view name, std::string_view label);
 
 }  // namespace aicloud::control

@@ -47,6 +47,16 @@ std::vector<int32_t> RandomTokens(Rng& rng, int n) {
   return v;
 }
 
+// A request of `tokens` random prompt tokens and up to `max_tokens` of output, seeded by its id.
+Request Prompt(Rng& rng, RequestId id, int tokens, int max_tokens) {
+  Request r;
+  r.id = id;
+  r.prompt = RandomTokens(rng, tokens);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.seed = id;
+  return r;
+}
+
 // A mixed workload: shared prefixes, every sampling feature, three adapters, salts, every stop
 // condition. All requests carry seeds, so outputs cannot depend on arrival order.
 std::vector<Request> Workload(uint64_t seed, int n) {
@@ -419,22 +429,12 @@ TEST(SchedulerTest, ShortestFirstLetsAShortPromptOvertakeALongPrefill) {
     auto s = *Scheduler::Create(o, &clock);
     FakeRunner runner(o.kv.num_blocks, 16, kVocab);
     Rng rng(3);
-    Request long_one;
-    long_one.id = 1;
-    long_one.prompt = RandomTokens(rng, 640);
-    long_one.sampling.max_tokens = 2;
-    long_one.sampling.seed = 1;
-    ASSERT_TRUE(s->Add(long_one).ok());
+    ASSERT_TRUE(s->Add(Prompt(rng, 1, 640, 2)).ok());
     StepPlan first = *s->Schedule();
     ASSERT_EQ(first.seqs.size(), 1u);
     EXPECT_EQ(first.seqs[0].num_tokens, 64);
     Apply(*s, runner, first);
-    Request short_one;
-    short_one.id = 2;
-    short_one.prompt = RandomTokens(rng, 20);
-    short_one.sampling.max_tokens = 2;
-    short_one.sampling.seed = 2;
-    ASSERT_TRUE(s->Add(short_one).ok());
+    ASSERT_TRUE(s->Add(Prompt(rng, 2, 20, 2)).ok());
     int first_token_step = -1;
     int32_t long_done = 64;
     for (int step = 1; step <= 12 && first_token_step < 0; ++step) {
@@ -467,14 +467,7 @@ TEST(SchedulerTest, ShortestFirstAdmitsNobodyInAStepThatPreempts) {
   o.prefill_order = PrefillOrder::kShortestFirst;
   Rng rng(5);
   std::vector<Request> reqs;
-  for (int n : {150, 10, 18}) {
-    Request r;
-    r.id = static_cast<RequestId>(reqs.size() + 1);
-    r.prompt = RandomTokens(rng, n);
-    r.sampling.max_tokens = 8;
-    r.sampling.seed = r.id;
-    reqs.push_back(r);
-  }
+  for (int n : {150, 10, 18}) reqs.push_back(Prompt(rng, static_cast<RequestId>(reqs.size() + 1), n, 8));
   DriveOptions d;
   d.arrivals[0] = {reqs[0]};
   d.arrivals[1] = {reqs[1], reqs[2]};
@@ -501,13 +494,8 @@ TEST(SchedulerTest, ShortestFirstNeverStallsOnAStarvedPromptThatCannotStart) {
     Rng rng(6);
     std::vector<Request> reqs;
     for (int n : {c.long_prompt, c.short_prompt}) {
-      Request r;
-      r.id = static_cast<RequestId>(reqs.size() + 1);
-      r.prompt = RandomTokens(rng, n);
-      r.sampling.max_tokens = 5;
-      r.sampling.ignore_eos = true;
-      r.sampling.seed = r.id;
-      reqs.push_back(r);
+      reqs.push_back(Prompt(rng, static_cast<RequestId>(reqs.size() + 1), n, 5));
+      reqs.back().sampling.ignore_eos = true;
     }
     DriveOptions d;
     d.arrivals[0] = reqs;
@@ -532,21 +520,12 @@ TEST(SchedulerTest, ShortestFirstServesASequenceThatWaitedTooLongFirst) {
   auto s = *Scheduler::Create(o, &clock);
   FakeRunner runner(o.kv.num_blocks, 16, kVocab);
   Rng rng(4);
-  Request long_one;
-  long_one.id = 1;
-  long_one.prompt = RandomTokens(rng, 320);
-  long_one.sampling.max_tokens = 1;
-  long_one.sampling.seed = 1;
-  ASSERT_TRUE(s->Add(long_one).ok());
+  ASSERT_TRUE(s->Add(Prompt(rng, 1, 320, 1)).ok());
   int32_t long_done = 0;
   int first_long_step = -1, long_finished_step = -1;
   for (int step = 0; step < 40 && long_finished_step < 0; ++step) {
-    Request short_one;  // one token of output: it leaves in the step that prefills it
-    short_one.id = static_cast<RequestId>(100 + step);
-    short_one.prompt = RandomTokens(rng, 64);
-    short_one.sampling.max_tokens = 1;
-    short_one.sampling.seed = short_one.id;
-    ASSERT_TRUE(s->Add(short_one).ok());
+    // One token of output: it leaves in the step that prefills it.
+    ASSERT_TRUE(s->Add(Prompt(rng, static_cast<RequestId>(100 + step), 64, 1)).ok());
     StepPlan plan = *s->Schedule();
     for (const ScheduledSeq& ps : plan.seqs) {
       if (ps.id != 1) continue;
