@@ -194,8 +194,11 @@ else
 fi
 # While the burst runs, status.observed reports what the replicas served (from their /metrics).
 c=observed
-if wait_until 60 sh -c "'$bin' get deployment chat -t acme -o json 2>/dev/null | jq -e '(.status.observed.requests // 0) >= 1 and .status.observed.generationTokensPerS > 0' >/dev/null"; then
+if wait_until 60 sh -c "'$bin' get deployment chat -t acme -o json 2>/dev/null | jq -e '(.status.observed.requests // 0) >= 1 and .status.observed.generationTokensPerS > 0 and .status.observed.ttftP99Ms > 0' >/dev/null"; then
   pass "$c ($(dep_field chat acme '.status.observed | tostring'))"
+  # `get deployments` shows the TTFT p99 in its table.
+  row=$("$bin" get deployments -t acme 2>&1 | grep '^chat ')
+  echo "$row" | grep -qE ' [0-9]+ms ' && pass "observed-in-table ($(echo "$row" | tr -s ' '))" || fail observed-in-table "$row"
 else
   fail $c "$(dep_field chat acme '.status | del(.history)')"
 fi

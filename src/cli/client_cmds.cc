@@ -3,6 +3,8 @@
 // saved by `aicloud login` (or `aicloud up`) in $AICLOUD_CONFIG, default ~/.aicloud/config.json.
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -197,8 +199,19 @@ std::vector<std::string> Row(const json& o, const std::string& kind, bool wide) 
     const json c = st.value("canary", json());
     std::string canary = "-";
     if (c.is_object()) canary = c.value("revision", "") + " " + std::to_string(c.value("weight", 0)) + "%";
+    // The last minute against the SLO (status.observed), when the replicas served anything.
+    const json seen = st.value("observed", json());
+    std::string ttft = "-", within = "-";
+    if (seen.is_object() && seen.contains("ttftP99Ms") && seen["ttftP99Ms"].is_number()) {
+      ttft = std::to_string(std::llround(seen["ttftP99Ms"].get<double>())) + "ms";
+    }
+    if (seen.is_object() && seen.contains("ttftWithinSlo") && seen["ttftWithinSlo"].is_number()) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%.1f%%", seen["ttftWithinSlo"].get<double>() * 100);
+      within = buf;
+    }
     return {name, tenant, std::to_string(st.value("readyReplicas", 0)) + "/" + std::to_string(st.value("desiredReplicas", 0)),
-            st.value("revision", "-"), canary, age};
+            st.value("revision", "-"), canary, ttft, within, age};
   }
   if (kind == "Event") {
     return {age, tenant, s.value("type", ""), s.value("reason", ""),
@@ -220,7 +233,7 @@ std::vector<std::string> Header(const std::string& kind, bool wide) {
   }
   if (kind == "Node") return {"NAME", "STATUS", "GPUS", "MODEL", "CPUS", "AGE"};
   if (kind == "Tenant") return {"NAME", "SLEEPING", "AGE"};
-  if (kind == "Deployment") return {"NAME", "TENANT", "READY", "REVISION", "CANARY", "AGE"};
+  if (kind == "Deployment") return {"NAME", "TENANT", "READY", "REVISION", "CANARY", "TTFT-P99", "TTFT-IN-SLO", "AGE"};
   if (kind == "Event") return {"AGE", "TENANT", "TYPE", "REASON", "OBJECT", "MESSAGE"};
   if (kind == "AuditRecord") return {"SEQ", "TIME", "USER", "VERB", "RESOURCE", "TENANT", "NAME", "DECISION", "STATUS"};
   return {"NAME", "TENANT", "AGE"};
