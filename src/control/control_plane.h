@@ -104,7 +104,9 @@ class ControlPlane {
     kMove,      // the autoscaler beginning a move: cordons and marks
     kMarked,    // the autoscaler carrying on (cordon) or giving up (uncordon, mark dropped) a move:
                 // only while the mark is there, else FAILED_PRECONDITION (an operator took over)
-    kUnneeded,  // the autoscaler scaling an empty node it added down
+    kUnneeded,  // the autoscaler scaling an empty node it added down: cordons and marks it
+                // (aicloud/scale-down); with cordon = false, undoes that cordon only while the
+                // mark is there, else FAILED_PRECONDITION (an operator cordoned it since)
   };
   // The autoscaler's cordons (kMove, kMarked with cordon = true, kUnneeded) are refused with
   // FAILED_PRECONDITION while the Node is labelled aicloud/do-not-disrupt=true; its uncordons and

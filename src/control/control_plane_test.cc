@@ -277,6 +277,38 @@ TEST_F(ControlPlaneTest, AnOperatorsCordonDropsTheConsolidationMark) {
   EXPECT_FALSE((*store_.Get({"Node", "", "a"}))["spec"]["unschedulable"].get<bool>());
 }
 
+// The scale-down cordon (CordonBy::kUnneeded) marks the node as the autoscaler's; it can take
+// the cordon back only while that mark is there: not after an operator cordoned the node too,
+// and never for a cordon an operator made before.
+TEST_F(ControlPlaneTest, TheScaleDownCordonIsUndoneOnlyWhileItIsTheAutoscalers) {
+  Register("a", 1);
+  auto cordoned = [&] { return (*store_.Get({"Node", "", "a"}))["spec"].value("unschedulable", false); };
+  auto marked = [&] {
+    json l = (*store_.Get({"Node", "", "a"}))["metadata"].value("labels", json::object());
+    return l.is_object() && l.value(kScaleDownLabel, "") == "true";
+  };
+  using By = ControlPlane::CordonBy;
+  ASSERT_TRUE(cp_->Cordon("a", true, By::kUnneeded).ok());
+  EXPECT_TRUE(cordoned());
+  EXPECT_TRUE(marked());
+  ASSERT_TRUE(cp_->Cordon("a", false, By::kUnneeded).ok());
+  EXPECT_FALSE(cordoned());
+  EXPECT_FALSE(marked());
+  // An operator cordons it again after the autoscaler did: the undo is refused, the cordon stays.
+  ASSERT_TRUE(cp_->Cordon("a", true, By::kUnneeded).ok());
+  ASSERT_TRUE(cp_->Cordon("a", true, By::kOperator).ok());
+  EXPECT_FALSE(marked());
+  EXPECT_EQ(cp_->Cordon("a", false, By::kUnneeded).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(cordoned());
+  // A cordon an operator made before the scale-down is not marked as the autoscaler's.
+  ASSERT_TRUE(cp_->Cordon("a", false, By::kOperator).ok());
+  ASSERT_TRUE(cp_->Cordon("a", true, By::kOperator).ok());
+  ASSERT_TRUE(cp_->Cordon("a", true, By::kUnneeded).ok());
+  EXPECT_FALSE(marked());
+  EXPECT_EQ(cp_->Cordon("a", false, By::kUnneeded).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(cordoned());
+}
+
 TEST_F(ControlPlaneTest, TheAutoscalersCordonsAreRefusedOnANodeLabelledDoNotDisrupt) {
   Register("a", 1);
   auto label = [&](const char* key, bool on) {

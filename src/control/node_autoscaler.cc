@@ -668,7 +668,13 @@ void NodeAutoscaler::Turn() {
     if (auto it = added_.find(name); it != added_.end()) it->second.cordoned = false;
   }
   for (const std::string& name : to_uncordon) {
-    if (control_ != nullptr) (void)control_->Cordon(name, false);
+    if (control_ == nullptr) continue;
+    Status u = control_->Cordon(name, false, ControlPlane::CordonBy::kUnneeded);
+    if (u.code() == StatusCode::kFailedPrecondition) {
+      spdlog::info("node autoscaler: {} stays cordoned: {}", name, std::string(u.message()));
+    } else if (!u.ok()) {
+      spdlog::warn("node autoscaler: uncordon {}: {}", name, std::string(u.message()));
+    }
   }
   for (const Move& m : to_consolidate) {
     // Cordoned and marked in one write (the mark: a restarted server carries the move on).
@@ -803,6 +809,7 @@ void NodeAutoscaler::Turn() {
     if (control_ != nullptr && store_->Get({"Node", "", name}).ok()) (void)control_->Cordon(name, false);
     (void)SetLabel(store_, {"Node", "", name}, kConsolidatingLabel, false);
     (void)SetLabel(store_, {"Node", "", name}, kDoNotDisruptLabel, false);
+    (void)SetLabel(store_, {"Node", "", name}, kScaleDownLabel, false);
     Status on = provisioner_->PowerOn(name);
     if (!on.ok()) {
       spdlog::warn("node autoscaler: power on {}: {}", name, std::string(on.message()));

@@ -88,6 +88,10 @@ inline constexpr char kConsolidatingLabel[] = "aicloud/consolidating";
 // Karpenter's karpenter.sh/do-not-disrupt): a move in progress is abandoned, a scale-down that
 // began is undone.
 inline constexpr char kDoNotDisruptLabel[] = "aicloud/do-not-disrupt";
+// On a Node the autoscaler cordoned to scale it down, with that cordon. An operator's cordon,
+// uncordon or drain drops it; the autoscaler undoes its cordon (the node is kept after all) only
+// while it is there, so a cordon an operator made since stays.
+inline constexpr char kScaleDownLabel[] = "aicloud/scale-down";
 
 // The capacity one new node brings.
 struct NodeShape {
