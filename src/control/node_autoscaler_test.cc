@@ -911,6 +911,21 @@ class NodeAutoscalerWithControlPlane : public ::testing::Test {
     Heartbeat();
   }
 
+  // auto-0 was added for a job that has finished; turns run until the autoscaler cordons it to
+  // scale it down (it is then powered off the turn after, unless kept).
+  void EmptyAddedNodeUntilCordoned() {
+    ASSERT_NO_FATAL_FAILURE(MovableJobOnAnAddedNode("j", {{"count", 1}}));
+    Report("auto-0", "Succeeded");
+    Heartbeat();
+    for (int t = 0; t < 20 && !Cordoned("auto-0"); ++t) {
+      clock_.Advance(10'000'000);
+      Heartbeat();
+      na_.Turn();
+    }
+    ASSERT_TRUE(Cordoned("auto-0"));
+    ASSERT_TRUE(prov_.off.empty());
+  }
+
   store::MemoryStore store_;
   FakeClock clock_{1'000'000'000};
   Metrics metrics_;
@@ -923,26 +938,10 @@ class NodeAutoscalerWithControlPlane : public ::testing::Test {
   std::map<std::string, std::string> epoch_;
 };
 
-// auto-0 was added for a job that has finished; turns run until the autoscaler cordons it to
-// scale it down (it is then powered off the turn after, unless kept).
-#define EMPTY_ADDED_NODE_UNTIL_CORDONED()                                       \
-  do {                                                                          \
-    ASSERT_NO_FATAL_FAILURE(MovableJobOnAnAddedNode("j", {{"count", 1}}));      \
-    Report("auto-0", "Succeeded");                                              \
-    Heartbeat();                                                                \
-    for (int t = 0; t < 20 && !Cordoned("auto-0"); ++t) {                       \
-      clock_.Advance(10'000'000);                                               \
-      Heartbeat();                                                              \
-      na_.Turn();                                                               \
-    }                                                                           \
-    ASSERT_TRUE(Cordoned("auto-0"));                                            \
-    ASSERT_TRUE(prov_.off.empty());                                             \
-  } while (0)
-
 // A node being scaled down is labelled do-not-disrupt: the autoscaler takes its cordon back. But
 // when an operator cordoned it too since, or before the autoscaler did, it stays cordoned.
 TEST_F(NodeAutoscalerWithControlPlane, AKeptNodeIsUncordonedUnlessAnOperatorCordonedIt) {
-  EMPTY_ADDED_NODE_UNTIL_CORDONED();
+  ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
   auto keep = [&] {
     json n = *store_.Get({"Node", "", "auto-0"});
     n["metadata"]["labels"][kDoNotDisruptLabel] = "true";
@@ -957,7 +956,7 @@ TEST_F(NodeAutoscalerWithControlPlane, AKeptNodeIsUncordonedUnlessAnOperatorCord
 }
 
 TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsCordonSinceTheScaleDownStays) {
-  EMPTY_ADDED_NODE_UNTIL_CORDONED();
+  ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
   ASSERT_TRUE(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kOperator).ok());  // kubectl cordon again
   json n = *store_.Get({"Node", "", "auto-0"});
   n["metadata"]["labels"][kDoNotDisruptLabel] = "true";
