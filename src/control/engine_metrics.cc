@@ -30,8 +30,13 @@ double SumMetric(std::string_view text, std::string_view name) {
   ForEachLine(text, [&](std::string_view line) {
     if (line.empty() || line[0] == '#' || line.substr(0, name.size()) != name) return true;
     if (line.size() > name.size() && line[name.size()] != '{' && line[name.size()] != ' ') return true;
-    const size_t sp = line.rfind(' ');
-    if (sp != std::string_view::npos) sum += std::strtod(std::string(line.substr(sp + 1)).c_str(), nullptr);
+    // The value: the first field after the label set (a timestamp may follow it).
+    size_t at = line[name.size()] == '{' ? line.find("} ", name.size()) : name.size();
+    if (at == std::string_view::npos) return true;
+    at = line.find_first_not_of(" }", at);
+    if (at == std::string_view::npos) return true;
+    const std::string_view field = line.substr(at, line.find(' ', at) - at);
+    sum += std::strtod(std::string(field).c_str(), nullptr);
     return true;
   });
   return sum;

@@ -69,5 +69,20 @@ TEST(LatencyHistogram, MinusGivesWhatWasObservedBetweenTwoScrapes) {
   EXPECT_TRUE(after.Minus(LatencyHistogram{{0.5}, {1}, 1}).empty());
 }
 
+TEST(EngineMetricsPage, SumsSamplesAndReadsALabel) {
+  const char page[] =
+      "# HELP m a metric\n"
+      "m{a=\"1\"} 2\n"
+      "m{a=\"x y\"} 3 1700000000000\n"  // a label value with a space, and a timestamp
+      "m 4\n"
+      "mm{a=\"1\"} 100\n"               // another metric whose name starts the same
+      "m{a=\"q\\\"z\"} 1\n";
+  EXPECT_EQ(SumMetric(page, "m"), 10);
+  EXPECT_EQ(SumMetric(page, "absent"), 0);
+  EXPECT_EQ(FirstLabel(page, "m", "a"), "1");
+  EXPECT_EQ(FirstLabel("m{b=\"1\",a=\"q\\\"z\"} 1\n", "m", "a"), "q\"z");
+  EXPECT_EQ(FirstLabel("m{ba=\"1\"} 1\n", "m", "a"), "");
+}
+
 }  // namespace
 }  // namespace aicloud::control

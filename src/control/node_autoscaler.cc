@@ -275,6 +275,7 @@ void NodeAutoscaler::Turn() {
   std::map<std::string, bool> ready;
   std::set<std::string> labelled, consolidating;  // ours; being emptied (as stored)
   std::set<std::string> keep;  // labelled do-not-disrupt by an operator
+  std::set<std::string> scaled_down;  // cordoned by a scale-down of ours (aicloud/scale-down)
   std::map<std::string, Room> free;      // Ready, schedulable nodes: capacity, then minus what runs there
   std::map<std::string, Room> capacity;  // Ready nodes' capacity
   for (const json& n : nodes->items) {
@@ -298,6 +299,8 @@ void NodeAutoscaler::Turn() {
     const json labels = n["metadata"].value("labels", json::object());
     if (labels.is_object() && labels.value(kAutoscaledLabel, "") == "true") labelled.insert(name);
     if (labels.is_object() && labels.value(kConsolidatingLabel, "") == "true") consolidating.insert(name);
+    if (labels.is_object() && labels.value(kScaleDownLabel, "") == "true" && spec.is_object() &&
+        spec.value("unschedulable", false)) scaled_down.insert(name);
     if (labels.is_object() && labels.value(kDoNotDisruptLabel, "") == "true") keep.insert(name);
   }
   std::set<std::string> busy;
@@ -361,6 +364,7 @@ void NodeAutoscaler::Turn() {
       for (const std::string& n : labelled) {
         if (!ready[n]) continue;  // powered-off ones stay free
         added_[n] = {.powered_on_us = now, .registered = true};
+        added_[n].cordoned = scaled_down.count(n) > 0;  // the scale-down cordon a previous server wrote
         // One being emptied when that server stopped: carried on (or abandoned) from here.
         if (consolidating.count(n)) {
           added_[n].consolidating_since_us = now, added_[n].resumed = true, added_[n].marked = true;
@@ -417,7 +421,8 @@ void NodeAutoscaler::Turn() {
       }
       if (keep.count(name)) {  // an operator keeps it: a scale-down that began is undone
         if (a.cordoned) {
-          spdlog::info("node autoscaler: {} is labelled {}=true: kept, uncordoned", name, kDoNotDisruptLabel);
+          spdlog::info("node autoscaler: {} is labelled {}=true: kept, undoing its scale-down cordon", name,
+                       kDoNotDisruptLabel);
           to_uncordon.push_back(name);
           a.cordoned = false;
         }
@@ -670,10 +675,14 @@ void NodeAutoscaler::Turn() {
   for (const std::string& name : to_uncordon) {
     if (control_ == nullptr) continue;
     Status u = control_->Cordon(name, false, ControlPlane::CordonBy::kUnneeded);
-    if (u.code() == StatusCode::kFailedPrecondition) {
+    if (u.ok()) {
+      spdlog::info("node autoscaler: {}: its scale-down cordon undone", name);
+    } else if (u.code() == StatusCode::kFailedPrecondition) {
       spdlog::info("node autoscaler: {} stays cordoned: {}", name, std::string(u.message()));
-    } else if (!u.ok()) {
-      spdlog::warn("node autoscaler: uncordon {}: {}", name, std::string(u.message()));
+    } else {  // tried again next turn
+      spdlog::warn("node autoscaler: uncordon {} (tried again next turn): {}", name, std::string(u.message()));
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = added_.find(name); it != added_.end()) it->second.cordoned = true;
     }
   }
   for (const Move& m : to_consolidate) {

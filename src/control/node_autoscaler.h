@@ -20,7 +20,9 @@
 // 2. Scale down. A node this autoscaler added that is Ready with no job on it for
 //    `unneeded_for` (cluster-autoscaler's scale-down-unneeded-time, 10 min) is cordoned, and
 //    powered off at a later turn if still no job is on it (one the scheduler bound while the
-//    cordon was being written shows up by then: the node is uncordoned and kept). One that
+//    cordon was being written shows up by then: the node is uncordoned and kept, unless an
+//    operator cordoned it since: the cordon is marked aicloud/scale-down as the autoscaler's, and
+//    only a marked one is undone; a restarted server finds it by the mark). One that
 //    stays NotReady for `provision_timeout` after it had registered is powered off too (and its
 //    slot freed). Nodes it did not add are never touched.
 // 3. Consolidate (with `consolidate_below` > 0). A node it added whose work uses less than that
@@ -49,7 +51,8 @@
 //    powering the node off as consolidated. A node counts as underused only while no job waits
 //    for room, no node is being provisioned and nothing else is being emptied.
 // A node an operator labelled aicloud/do-not-disrupt=true is neither scaled down nor emptied: a
-// move on it is abandoned, a scale-down whose cordon was written is undone. The cordon before a
+// move on it is abandoned, a scale-down whose cordon was written is undone (while it is still
+// the autoscaler's, as above). The cordon before a
 // power-off reads the label (and the mark) in the same write, so one written while a turn runs
 // still counts. A node lost (NotReady for provision_timeout) is released regardless.
 // A powered-off node's name is reused only once its Node is no longer Ready (its last heartbeat

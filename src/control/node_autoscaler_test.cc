@@ -938,8 +938,9 @@ class NodeAutoscalerWithControlPlane : public ::testing::Test {
   std::map<std::string, std::string> epoch_;
 };
 
-// A node being scaled down is labelled do-not-disrupt: the autoscaler takes its cordon back. But
-// when an operator cordoned it too since, or before the autoscaler did, it stays cordoned.
+// A node being scaled down is labelled do-not-disrupt: the autoscaler takes its cordon back (when
+// an operator cordoned it since, it stays cordoned: the next test; one cordoned by an operator
+// before is never marked as the autoscaler's: ControlPlaneTest).
 TEST_F(NodeAutoscalerWithControlPlane, AKeptNodeIsUncordonedUnlessAnOperatorCordonedIt) {
   ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
   auto keep = [&] {
@@ -952,6 +953,25 @@ TEST_F(NodeAutoscalerWithControlPlane, AKeptNodeIsUncordonedUnlessAnOperatorCord
   Heartbeat();
   na_.Turn();
   EXPECT_FALSE(Cordoned("auto-0")) << "the autoscaler's own cordon is undone";
+  EXPECT_TRUE(prov_.off.empty());
+}
+
+// A restarted server finds its predecessor's scale-down cordon by the mark, and undoes it when
+// the node is kept.
+TEST_F(NodeAutoscalerWithControlPlane, ARestartedServerUndoesItsPredecessorsScaleDownCordon) {
+  ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
+  Metrics metrics;
+  NodeAutoscaler restarted{&store_, &cp_, &clock_, &metrics, &prov_,
+                           {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(60)}};
+  json n = *store_.Get({"Node", "", "auto-0"});
+  n["metadata"]["labels"][kDoNotDisruptLabel] = "true";
+  ASSERT_TRUE(store_.Update(n, 0).ok());
+  for (int t = 0; t < 3; ++t) {
+    clock_.Advance(10'000'000);
+    Heartbeat();
+    restarted.Turn();
+  }
+  EXPECT_FALSE(Cordoned("auto-0"));
   EXPECT_TRUE(prov_.off.empty());
 }
 
