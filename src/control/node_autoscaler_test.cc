@@ -911,17 +911,28 @@ class NodeAutoscalerWithControlPlane : public ::testing::Test {
     Heartbeat();
   }
 
+  // An operator labels the node do-not-disrupt.
+  void Keep(const std::string& node) {
+    json n = *store_.Get({"Node", "", node});
+    n["metadata"]["labels"][kDoNotDisruptLabel] = "true";
+    ASSERT_TRUE(store_.Update(n, 0).ok());
+  }
+  // `turns` turns of `na`, 10 s apart.
+  void Turns(NodeAutoscaler& na, int turns) {
+    for (int t = 0; t < turns; ++t) {
+      clock_.Advance(10'000'000);
+      Heartbeat();
+      na.Turn();
+    }
+  }
+
   // auto-0 was added for a job that has finished; turns run until the autoscaler cordons it to
   // scale it down (it is then powered off the turn after, unless kept).
   void EmptyAddedNodeUntilCordoned() {
     ASSERT_NO_FATAL_FAILURE(MovableJobOnAnAddedNode("j", {{"count", 1}}));
     Report("auto-0", "Succeeded");
     Heartbeat();
-    for (int t = 0; t < 20 && !Cordoned("auto-0"); ++t) {
-      clock_.Advance(10'000'000);
-      Heartbeat();
-      na_.Turn();
-    }
+    for (int t = 0; t < 20 && !Cordoned("auto-0"); ++t) Turns(na_, 1);
     ASSERT_TRUE(Cordoned("auto-0"));
     ASSERT_TRUE(prov_.off.empty());
   }
@@ -943,15 +954,8 @@ class NodeAutoscalerWithControlPlane : public ::testing::Test {
 // before is never marked as the autoscaler's: ControlPlaneTest).
 TEST_F(NodeAutoscalerWithControlPlane, AKeptNodeIsUncordonedUnlessAnOperatorCordonedIt) {
   ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
-  auto keep = [&] {
-    json n = *store_.Get({"Node", "", "auto-0"});
-    n["metadata"]["labels"][kDoNotDisruptLabel] = "true";
-    ASSERT_TRUE(store_.Update(n, 0).ok());
-  };
-  keep();
-  clock_.Advance(10'000'000);
-  Heartbeat();
-  na_.Turn();
+  ASSERT_NO_FATAL_FAILURE(Keep("auto-0"));
+  Turns(na_, 1);
   EXPECT_FALSE(Cordoned("auto-0")) << "the autoscaler's own cordon is undone";
   EXPECT_TRUE(prov_.off.empty());
 }
@@ -963,14 +967,8 @@ TEST_F(NodeAutoscalerWithControlPlane, ARestartedServerUndoesItsPredecessorsScal
   Metrics metrics;
   NodeAutoscaler restarted{&store_, &cp_, &clock_, &metrics, &prov_,
                            {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(60)}};
-  json n = *store_.Get({"Node", "", "auto-0"});
-  n["metadata"]["labels"][kDoNotDisruptLabel] = "true";
-  ASSERT_TRUE(store_.Update(n, 0).ok());
-  for (int t = 0; t < 3; ++t) {
-    clock_.Advance(10'000'000);
-    Heartbeat();
-    restarted.Turn();
-  }
+  ASSERT_NO_FATAL_FAILURE(Keep("auto-0"));
+  Turns(restarted, 3);
   EXPECT_FALSE(Cordoned("auto-0"));
   EXPECT_TRUE(prov_.off.empty());
 }
@@ -978,13 +976,9 @@ TEST_F(NodeAutoscalerWithControlPlane, ARestartedServerUndoesItsPredecessorsScal
 TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsCordonSinceTheScaleDownStays) {
   ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
   ASSERT_TRUE(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kOperator).ok());  // kubectl cordon again
-  json n = *store_.Get({"Node", "", "auto-0"});
-  n["metadata"]["labels"][kDoNotDisruptLabel] = "true";
-  ASSERT_TRUE(store_.Update(n, 0).ok());
+  ASSERT_NO_FATAL_FAILURE(Keep("auto-0"));
   for (int t = 0; t < 3; ++t) {
-    clock_.Advance(10'000'000);
-    Heartbeat();
-    na_.Turn();
+    Turns(na_, 1);
     EXPECT_TRUE(Cordoned("auto-0")) << "turn " << t << ": the operator's cordon";
   }
   EXPECT_TRUE(prov_.off.empty());
