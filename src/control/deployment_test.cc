@@ -181,6 +181,25 @@ TEST(EngineMetrics, ParsesTheCountersAndHistogramsTheControllerTurnsIntoRates) {
   EXPECT_EQ(p.prompt_tokens, 0);
 }
 
+// status.observed from replicas' windows: null until one has a window; a replica whose GPU
+// utilization is unknown (-1) is left out of the mean, and with none known there is no field.
+TEST(ObservedStatus, NullWithoutAWindowAndGpuUtilizationOnlyWhenReported) {
+  DeploymentSpec spec;
+  Observed none, a, b;
+  a.seconds = b.seconds = 10;
+  a.generation_tokens = 100;
+  b.generation_tokens = 300;
+  a.gpu_utilization_pct = 50;
+  EXPECT_TRUE(ObservedStatus({&none}, spec).is_null());
+  EXPECT_TRUE(ObservedStatus({}, spec).is_null());
+  json o = ObservedStatus({&a, &b}, spec);
+  EXPECT_EQ(o["generationTokensPerS"], 40);
+  EXPECT_EQ(o["gpuUtilizationPct"], 50) << "b reports none";
+  EXPECT_FALSE(o.contains("ttftP99Ms")) << "no first token in the window";
+  a.gpu_utilization_pct = -1;
+  EXPECT_FALSE(ObservedStatus({&a, &b}, spec).contains("gpuUtilizationPct"));
+}
+
 TEST(DeploymentSpec, TheSchemaTakesTheEngineOrderAndTheAutoscalersCapacity) {
   json d = {{"apiVersion", "aicloud/v1"},
             {"kind", "Deployment"},
