@@ -3,8 +3,9 @@
 //      busiest minute's work and on the arrival curve at the TTFT SLO's timescale (both from the
 //      profiled replica capacity), and the smallest fixed count meeting the TTFT SLO for 99% of
 //      requests (found by replaying the trace: hindsight) — vs HPA, KPA, AIBrix and ours
-//      (without history, and with N re-sampled days of history; each also without its
-//      arrival-curve sizing): attainment, GPU-hours, oscillations;
+//      (without history, and with N re-sampled days of history — bursts moved as a whole, and each
+//      request moved alone; each also without its arrival-curve sizing): attainment, GPU-hours,
+//      oscillations;
 //   2. Mooncake conversation trace on a fixed fleet: round-robin, least-request, prefix, score;
 //   3. router Pick and autoscaler Recommend time per call, and replay wall time.
 // Prints Markdown tables (bench/RESULTS.md section 7 quotes them).
@@ -126,7 +127,8 @@ int main(int argc, char** argv) {
     c.max_concurrency = sim::ProfiledConcurrency(*st);
     std::vector<sim::ServingRun> runs{*st};
     for (const char* policy :
-         {"hpa", "kpa", "aibrix", "ours-curve", "ours+history-curve", "ours-burst", "ours", "ours+history"}) {
+         {"hpa", "kpa", "aibrix", "ours-curve", "ours+history-curve", "ours-burst", "ours", "ours+history-alone",
+          "ours+history"}) {
       const std::string p = policy;
       sim::ServingConfig pc = c;
       pc.policy = p.starts_with("ours") ? "ours" : p;
@@ -134,7 +136,10 @@ int main(int argc, char** argv) {
       // "-curve": neither the arrival curve (step 1b) nor the burst hold built on it (1c).
       pc.arrival_curve = !p.ends_with("-curve");
       if (p.ends_with("-curve") || p.ends_with("-burst")) pc.burst_ratio = 0;
+      // "-alone": history days whose requests move on their own, which smears every burst.
+      if (p.ends_with("-alone")) pc.history_burst_gap_s = 0;
       std::string label = pc.history_days > 0 ? fmt::format("ours, {} days of history", pc.history_days) : pc.policy;
+      if (p.ends_with("-alone")) label += " (each request moved alone)";
       if (!pc.arrival_curve) label += ", without arrival-curve sizing";
       else if (pc.burst_ratio == 0) label += ", without burst hold";
       t0 = Clock::now();
@@ -144,7 +149,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       Row(*run, label, static_h, peak_h, slo_peak_h, Seconds(t0));
-      if (pc.arrival_curve) runs.push_back(std::move(*run));
+      if (pc.arrival_curve && !p.ends_with("-alone")) runs.push_back(std::move(*run));
     }
     if (!plot_dir.empty()) {
       sim::PlotSpec spec;

@@ -54,6 +54,10 @@ struct AutoscaleOptions : CommonOptions {
   double scale_down_window = 180;
   double burst_ratio = 2;
   double burst_hold = 600;
+  double burst_early = 120;
+  double burst_utilization = 0.6;
+  double utilization = 0.7;
+  double history_burst_gap = 5;
 };
 
 struct RoutingOptions : CommonOptions {
@@ -103,6 +107,10 @@ int RunAutoscale(const AutoscaleOptions& o) {
   base.scale_down_window_s = o.scale_down_window;
   base.burst_ratio = o.burst_ratio;
   base.burst_hold_s = o.burst_hold;
+  base.burst_early_s = o.burst_early;
+  base.burst_utilization = o.burst_utilization;
+  base.target_utilization = o.utilization;
+  base.history_burst_gap_s = o.history_burst_gap;
   base.slo.ttft_p99_ms = o.ttft_slo_ms;
   base.provision_delay_s = o.provision_delay;
   base.warm_pool = o.warm_pool;
@@ -236,6 +244,22 @@ void AddSimulateServing(CLI::App& simulate, int* exit_code) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   as->add_option("--burst-hold", a->burst_hold, "ours: seconds a burst's size is kept")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  as->add_option("--burst-early", a->burst_early,
+                 "ours: a burst learned from history is looked for this many seconds beyond the provisioning lead")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  as->add_option("--utilization", a->utilization, "ours: share of a replica's capacity the sizing plans to use")
+      ->check(CLI::Range(0.05, 1.0))
+      ->capture_default_str();
+  as->add_option("--burst-utilization", a->burst_utilization,
+                 "ours: a burst learned from history is served at this share of a replica's capacity")
+      ->check(CLI::Range(0.05, 1.0))
+      ->capture_default_str();
+  as->add_option("--history-burst-gap", a->history_burst_gap,
+                 "History days: a run of arrivals without a gap this long moves as one burst (0: every request "
+                 "moves alone)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   as->add_option("--prefill-order", a->prefill_order,

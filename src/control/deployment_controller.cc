@@ -30,14 +30,22 @@ std::string NameOf(const json& object) { return object["metadata"].value("name",
 std::string TenantOf(const json& object) { return object["metadata"].value("tenant", std::string()); }
 
 // status.forecast: the load profile an autoscaler learned, per bin of the period (null: not
-// learned yet), rounded so that a status does not change for noise.
+// learned yet), and its burst profile once a burst came, rounded so that a status does not change
+// for noise.
 json ForecastStatus(const fleet::LoadForecaster& f) {
   json profile = json::array();
   for (double v : f.profile()) profile.push_back(v < 0 ? json(nullptr) : json(std::round(v * 1e4) / 1e4));
-  return {{"periodS", f.config().period_s},
-          {"binS", f.config().bin_s},
-          {"learnedBins", f.learned_bins()},
-          {"profile", std::move(profile)}};
+  json out = {{"periodS", f.config().period_s},
+              {"binS", f.config().bin_s},
+              {"learnedBins", f.learned_bins()},
+              {"profile", std::move(profile)}};
+  // The burst profile (the most of step 1b's need per bin), once a burst came.
+  if (std::any_of(f.peaks().begin(), f.peaks().end(), [](double v) { return v > 0; })) {
+    json peaks = json::array();
+    for (double v : f.peaks()) peaks.push_back(v < 0 ? json(nullptr) : json(std::round(v * 1e4) / 1e4));
+    out["peaks"] = std::move(peaks);
+  }
+  return out;
 }
 
 // status.history with `revision` last: appended with its spec when new, moved to the end when
@@ -237,26 +245,31 @@ Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
                                   fmt::format("{:g}", want) + " (a profile of another shape)");
     }
   }
-  if (!forecast.contains("profile") || !forecast["profile"].is_array()) {
-    return InvalidArgumentError("status.forecast.profile is " +
-                                (forecast.contains("profile") ? forecast["profile"].dump() : std::string("missing")) +
-                                ", not an array");
+  // profile is required; peaks (the burst profile) only when one was learned.
+  std::vector<double> slots[2];
+  const char* names[] = {"profile", "peaks"};
+  for (int k = 0; k < 2; ++k) {
+    const std::string field = std::string("status.forecast.") + names[k];
+    if (!forecast.contains(names[k])) {
+      if (k == 0) return InvalidArgumentError(field + " is missing, not an array");
+      continue;
+    }
+    const json& values = forecast[names[k]];
+    if (!values.is_array()) return InvalidArgumentError(field + " is " + values.dump() + ", not an array");
+    const size_t want = static_cast<size_t>(std::lround(f->config().period_s / f->config().bin_s));
+    if (values.size() != want) {
+      return InvalidArgumentError(fmt::format("{} has {} values, want {} (periodS / binS)", field, values.size(), want));
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      const json& v = values[i];
+      if (v.is_null()) slots[k].push_back(-1);
+      else if (v.is_number() && std::isfinite(v.get<double>())) slots[k].push_back(v.get<double>());
+      else return InvalidArgumentError(fmt::format("{}[{}] is {}, not a number or null", field, i, v.dump()));
+    }
   }
-  const json& profile = forecast["profile"];
-  const size_t want = static_cast<size_t>(std::lround(f->config().period_s / f->config().bin_s));
-  if (profile.size() != want) {
-    return InvalidArgumentError(fmt::format("status.forecast.profile has {} values, want {} (periodS / binS)",
-                                            profile.size(), want));
-  }
-  std::vector<double> values;
-  for (size_t i = 0; i < profile.size(); ++i) {
-    const json& v = profile[i];
-    if (v.is_null()) values.push_back(-1);
-    else if (v.is_number()) values.push_back(v.get<double>());
-    else return InvalidArgumentError(fmt::format("status.forecast.profile[{}] is {}, not a number or null", i, v.dump()));
-  }
-  Status r = f->RestoreProfile(values);
-  if (!r.ok()) return InvalidArgumentError("status.forecast." + std::string(r.message()));
+  // Both checked above: neither can fail now, so nothing is half restored.
+  (void)f->RestoreProfile(slots[0]);
+  if (!slots[1].empty()) (void)f->RestorePeaks(slots[1]);
   return OkStatus();
 }
 
@@ -628,6 +641,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       if (f != nullptr && before != nullptr && before->config().period_s == f->config().period_s &&
           before->config().bin_s == f->config().bin_s && before->learned_bins() > 0) {
         (void)f->RestoreProfile(before->profile());  // same shape: cannot fail
+        (void)f->RestorePeaks(before->peaks());
       } else if (f != nullptr && old.is_object() && old.contains("forecast")) {
         if (Status r = RestoreForecast(old["forecast"], f); !r.ok()) {
           spdlog::warn("deployment {}: the stored load profile is not used: {}", key, std::string(r.message()));

@@ -415,6 +415,22 @@ TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAn
   st = Status();
   EXPECT_GT(st["desiredReplicas"].get<int>(), 8) << st["lastScale"].dump();
   EXPECT_NE(st["lastScale"]["reason"].get<std::string>().find("arrivals"), std::string::npos) << st["lastScale"].dump();
+  EXPECT_FALSE(st["forecast"].contains("peaks")) << "no bin has closed on a burst yet";
+
+  // That was under twice the load of the last 160 s. 1,000 more in the next second are a burst
+  // (step 1c), which enters the stored burst profile once its five-minute bin has closed.
+  clock_.Advance(1'000'000);
+  for (int i = 0; i < 1000; ++i) dc_->NoteArrival("acme", "chat");
+  dc_->Turn();
+  EXPECT_FALSE(Status()["forecast"].contains("peaks"));
+  clock_.Advance(300'000'000);
+  dc_->Turn();
+  st = Status();
+  ASSERT_TRUE(st["forecast"].contains("peaks")) << st["forecast"].dump();
+  ASSERT_EQ(st["forecast"]["peaks"].size(), 288u);
+  int bursts = 0;
+  for (const json& v : st["forecast"]["peaks"]) bursts += v.is_number() && v.get<double>() > 1 ? 1 : 0;
+  EXPECT_EQ(bursts, 1) << st["forecast"]["peaks"].dump();
 }
 
 TEST_F(DeploymentControllerTest, ScalesFromZeroOnARequestAndBackToZeroWhenIdle) {
@@ -682,9 +698,27 @@ TEST(RestoreForecast, NamesTheFieldThatDoesNotFit) {
   ASSERT_TRUE(RestoreForecast(good, &f).ok());
   EXPECT_DOUBLE_EQ(f.Profile(7 * 300), 2.5);
   EXPECT_EQ(f.learned_bins(), 1);
+  // The burst profile comes back with it.
+  json with_peaks = good;
+  with_peaks["peaks"] = json(288, nullptr);
+  with_peaks["peaks"][9] = 14;
+  fleet::LoadForecaster p({.period_s = 86400, .bin_s = 300});
+  ASSERT_TRUE(RestoreForecast(with_peaks, &p).ok());
+  EXPECT_DOUBLE_EQ(p.PeakProfile(9 * 300), 14);
+  EXPECT_EQ(p.learned_peak_bins(), 1);
+  EXPECT_DOUBLE_EQ(p.Profile(7 * 300), 2.5);
   json odd = good;
   odd["profile"][5] = "x";
+  json odd_peaks = with_peaks;
+  odd_peaks["peaks"][3] = "x";
+  json short_peaks = good;
+  short_peaks["peaks"] = json::array({1});
+  json object_peaks = good;
+  object_peaks["peaks"] = json::object();
   const std::pair<json, std::string> cases[] = {
+      {odd_peaks, "status.forecast.peaks[3] is \"x\", not a number or null"},
+      {short_peaks, "status.forecast.peaks has 1 values, want 288 (periodS / binS)"},
+      {object_peaks, "status.forecast.peaks is {}, not an array"},
       {json("x"), "status.forecast is \"x\", not an object"},
       {{{"binS", 300}, {"profile", good["profile"]}}, "status.forecast.periodS is missing"},
       {{{"periodS", "86400"}, {"binS", 300}, {"profile", good["profile"]}}, "status.forecast.periodS is \"86400\", not a number"},
@@ -702,6 +736,7 @@ TEST(RestoreForecast, NamesTheFieldThatDoesNotFit) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << forecast.dump();
     EXPECT_NE(std::string(s.message()).find(message), std::string::npos) << s.message();
     EXPECT_EQ(g.learned_bins(), 0) << "nothing restored from " << forecast.dump();
+    EXPECT_EQ(g.learned_peak_bins(), 0) << "nothing restored from " << forecast.dump();
   }
 }
 

@@ -368,7 +368,7 @@ TEST(SloAutoscalerTest, PredictivePreWarmFiresOneLeadBeforeALearnedRise) {
   c.lead_s = 180;
   SloAutoscaler ours(c);
   // Two past hours: 1 replica of load for 30 minutes, then 7.
-  for (double t = 0; t < 7200; t += 5) ours.ObserveHistory(t, std::fmod(t, 3600) < 1800 ? 1.0 : 7.0);
+  for (double t = 0; t < 7200; t += 5) ours.ObserveHistory(t, std::fmod(t, 3600) < 1800 ? 1.0 : 7.0, 10, /*ttft_slo_ms=*/0);
   const double rise = 7200 + 1800;
   // Today the load is still at 1 when the autoscaler runs.
   auto at = [&](double t) {
@@ -387,6 +387,55 @@ TEST(SloAutoscalerTest, PredictivePreWarmFiresOneLeadBeforeALearnedRise) {
   ScaleDecision fired = at(rise - 180);
   EXPECT_EQ(fired.desired, 10) << fired.reason;  // ceil(7 / 0.7)
   EXPECT_NE(fired.reason.find("forecast"), std::string::npos);
+}
+
+// Two past hours, quiet (0.2 replicas of load) but for 10 s at minute 30 carrying 30 replicas of
+// prefill, as the 10 s counters read it (15 at +5 s, 30 at +10 s, 15 at +15 s): step 1b's need is
+// 300 / (10 + 5) = 20 replicas. Today, one lead (180 s) + burst_early_s (120 s) before minute 30,
+// the burst's replicas are asked for at burst_utilization (0.6): ceil(20 / 0.6) = 34.
+TEST(SloAutoscalerTest, ABurstLearnedFromHistoryIsReadyBeforeItComesAgain) {
+  const auto history_load = [](double t) {
+    const double in_hour = std::fmod(t, 3600);
+    if (in_hour == 1805 || in_hour == 1815) return 15.0;
+    return in_hour == 1810 ? 30.0 : 0.2;
+  };
+  for (bool bursty : {true, false}) {
+    SloAutoscalerConfig c = OursConfig();
+    c.forecast.period_s = 3600;
+    c.forecast.bin_s = 60;
+    c.lead_s = 180;
+    SloAutoscaler ours(c);
+    for (double t = 0; t < 7200; t += 5) {
+      // The smooth day carries the same work spread over the hour.
+      ours.ObserveHistory(t, bursty ? history_load(t) : 0.2 + 60.0 * 5 / 3600, 10, 5000);
+    }
+    EXPECT_NEAR(ours.forecaster().PeakProfile(1800), bursty ? 20 : 0, 1e-9);
+    auto at = [&](double t) {
+      DeploymentSnapshot s = Snap(t, 1, 0);
+      s.capacity = {32, 1000, 1000};
+      s.slo.ttft_p99_ms = 5000;
+      s.prompt_tokens_per_s = 200;  // load 0.2
+      return ours.Recommend(s);
+    };
+    const double burst = 7200 + 1800;
+    for (double t = 7200; t < burst - 300; t += 5) {
+      ScaleDecision d = at(t);
+      ASSERT_EQ(d.desired, 1) << "t=" << t - burst << ": " << d.reason;
+    }
+    ScaleDecision d = at(burst - 300);
+    if (bursty) {
+      EXPECT_EQ(d.desired, 34) << d.reason;
+      EXPECT_TRUE(d.forecast);
+      EXPECT_NE(d.reason.find("burst learned"), std::string::npos) << d.reason;
+      EXPECT_EQ(ours.Predicted(burst - 300), 34);
+    } else {
+      EXPECT_EQ(d.desired, 1) << d.reason;
+    }
+  }
+  // Without an SLO the history has no timescale and no burst is learned.
+  SloAutoscaler ours(OursConfig());
+  for (double t = 0; t < 7200; t += 5) ours.ObserveHistory(t, history_load(t), 10, 0);
+  EXPECT_EQ(ours.forecaster().learned_peak_bins(), 0);
 }
 
 TEST(SloAutoscalerTest, NoHistoryNoPreWarm) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace aicloud::fleet {
 
@@ -10,6 +11,7 @@ LoadForecaster::LoadForecaster(ForecasterConfig config)
       recent_(std::max({config.level_window_s, config.trend_window_s, 1.0})) {
   const int slots = std::max(1, static_cast<int>(std::lround(config_.period_s / config_.bin_s)));
   profile_.assign(static_cast<size_t>(slots), -1.0);
+  peaks_.assign(static_cast<size_t>(slots), -1.0);
 }
 
 int LoadForecaster::Slot(double t_s) const {
@@ -18,22 +20,40 @@ int LoadForecaster::Slot(double t_s) const {
   return static_cast<int>(((bin % n) + n) % n);
 }
 
-void LoadForecaster::Observe(double t_s, double value) {
+void LoadForecaster::Accumulate(OpenBin& b, std::vector<double>& slots, bool peak, double t_s, double value) {
   const long long bin = static_cast<long long>(std::floor(t_s / config_.bin_s));
-  if (!has_open_ || bin != open_bin_) {
-    if (has_open_ && open_count_ > 0) {
-      const double mean = open_sum_ / open_count_;
-      double& slot = profile_[static_cast<size_t>(Slot(static_cast<double>(open_bin_) * config_.bin_s))];
-      slot = slot < 0 ? mean : config_.smoothing * mean + (1 - config_.smoothing) * slot;
+  if (!b.open || bin != b.bin) {
+    if (b.open && b.count > 0) {
+      const double v = peak ? b.max : b.sum / b.count;
+      double& slot = slots[static_cast<size_t>(Slot(static_cast<double>(b.bin) * config_.bin_s))];
+      // The mean is smoothed; a burst is held with decay: it comes at about the same time of
+      // day, not in the same bin each day, and a day without it in this bin is no evidence
+      // that it stopped.
+      if (slot < 0) slot = v;
+      else slot = peak ? std::max(v, (1 - config_.smoothing) * slot) : config_.smoothing * v + (1 - config_.smoothing) * slot;
     }
-    has_open_ = true;
-    open_bin_ = bin;
-    open_sum_ = 0;
-    open_count_ = 0;
+    b = {.open = true, .bin = bin, .sum = 0, .max = 0, .count = 0};
   }
-  open_sum_ += value;
-  ++open_count_;
+  b.sum += value;
+  b.max = b.count == 0 ? value : std::max(b.max, value);
+  ++b.count;
+}
+
+void LoadForecaster::Observe(double t_s, double value) {
+  Accumulate(open_, profile_, /*peak=*/false, t_s, value);
   recent_.Add(t_s, value);
+}
+
+void LoadForecaster::ObservePeak(double t_s, double value) { Accumulate(open_peak_, peaks_, /*peak=*/true, t_s, value); }
+
+double LoadForecaster::BurstAhead(double now_s, double horizon_s) const {
+  double best = 0;
+  for (double h = 0; h < horizon_s; h += config_.bin_s) best = std::max(best, PeakProfile(now_s + h));
+  return std::max(best, PeakProfile(now_s + horizon_s));
+}
+
+int LoadForecaster::learned_peak_bins() const {
+  return static_cast<int>(std::count_if(peaks_.begin(), peaks_.end(), [](double v) { return v >= 0; }));
 }
 
 double LoadForecaster::Profile(double t_s) const { return profile_[static_cast<size_t>(Slot(t_s))]; }
@@ -42,17 +62,25 @@ int LoadForecaster::learned_bins() const {
   return static_cast<int>(std::count_if(profile_.begin(), profile_.end(), [](double v) { return v >= 0; }));
 }
 
-Status LoadForecaster::RestoreProfile(const std::vector<double>& profile) {
-  if (profile.size() != profile_.size()) {
-    return InvalidArgumentError("profile has " + std::to_string(profile.size()) + " bins, want " +
-                                std::to_string(profile_.size()) + " (period / bin)");
+namespace {
+
+Status RestoreSlots(const std::vector<double>& from, std::vector<double>& to, const char* what) {
+  if (from.size() != to.size()) {
+    return InvalidArgumentError(std::string(what) + " has " + std::to_string(from.size()) + " bins, want " +
+                                std::to_string(to.size()) + " (period / bin)");
   }
-  for (size_t i = 0; i < profile.size(); ++i) {
-    if (!std::isfinite(profile[i])) return InvalidArgumentError("profile bin " + std::to_string(i) + " is not finite");
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (!std::isfinite(from[i])) return InvalidArgumentError(std::string(what) + " bin " + std::to_string(i) + " is not finite");
   }
-  for (size_t i = 0; i < profile.size(); ++i) profile_[i] = profile[i] < 0 ? -1.0 : profile[i];
+  for (size_t i = 0; i < from.size(); ++i) to[i] = from[i] < 0 ? -1.0 : from[i];
   return OkStatus();
 }
+
+}  // namespace
+
+Status LoadForecaster::RestoreProfile(const std::vector<double>& profile) { return RestoreSlots(profile, profile_, "profile"); }
+
+Status LoadForecaster::RestorePeaks(const std::vector<double>& peaks) { return RestoreSlots(peaks, peaks_, "peaks"); }
 
 double LoadForecaster::PeriodicForecast(double now_s, double horizon_s) const {
   const double ahead = Profile(now_s + horizon_s);

@@ -7,6 +7,10 @@
 //             the newest). The forecast for t+h is the profile at t+h shifted by how far the
 //             current load is from the profile now (a quiet day stays quiet). Only bins that
 //             have closed are learned, so the forecast never uses the future.
+//   bursts    a second profile, fed separately (ObservePeak): per bin the highest value seen in
+//             it (a burst's need at the SLO's timescale, which a bin's mean dilutes), smoothed
+//             across periods like the mean. It is not shifted by today's level: a burst a
+//             minute long says nothing about the minutes around it. BurstAhead reads it.
 //   trend     the slope between the older and newer halves of the last `trend_window_s` of
 //             observations, rises only,
 //             extrapolated at most `trend_horizon_s` ahead and capped at `max_trend_ratio` x
@@ -56,6 +60,16 @@ class LoadForecaster {
   // INVALID_ARGUMENT (nothing changed) for a size other than period / bin or a value that is
   // not finite. Negative values mean "not learned".
   Status RestoreProfile(const std::vector<double>& profile);
+
+  // The burst profile. REQUIRES: t_s does not decrease between calls.
+  void ObservePeak(double t_s, double value);
+  // Highest learned burst over the bins of [now_s, now_s + horizon_s]; 0 when none is learned.
+  double BurstAhead(double now_s, double horizon_s) const;
+  double PeakProfile(double t_s) const { return peaks_[static_cast<size_t>(Slot(t_s))]; }
+  const std::vector<double>& peaks() const { return peaks_; }
+  int learned_peak_bins() const;
+  // As RestoreProfile, for the burst profile.
+  Status RestorePeaks(const std::vector<double>& peaks);
   double Level(double now_s) const { return recent_.Mean(now_s, config_.level_window_s); }
   const ForecasterConfig& config() const { return config_; }
 
@@ -64,12 +78,19 @@ class LoadForecaster {
   double PeriodicForecast(double now_s, double horizon_s) const;  // < 0 when unknown
   double TrendForecast(double now_s, double horizon_s) const;
 
+  // The bin being accumulated; its value enters `slots` (EWMA) when a later bin starts.
+  struct OpenBin {
+    bool open = false;
+    long long bin = 0;  // absolute bin index (times may be negative)
+    double sum = 0, max = 0;
+    int count = 0;
+  };
+  void Accumulate(OpenBin& b, std::vector<double>& slots, bool peak, double t_s, double value);
+
   ForecasterConfig config_;
   std::vector<double> profile_;  // per slot; < 0 = not learned
-  bool has_open_ = false;
-  long long open_bin_ = 0;       // absolute bin index being accumulated (times may be negative)
-  double open_sum_ = 0;
-  int open_count_ = 0;
+  std::vector<double> peaks_;    // per slot; < 0 = not learned
+  OpenBin open_, open_peak_;
   SampleWindow recent_;
 };
 

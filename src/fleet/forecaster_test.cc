@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 namespace aicloud::fleet {
 namespace {
@@ -81,6 +83,49 @@ TEST(LoadForecasterTest, ARestoredProfileForecastsAsTheOneItCameFrom) {
   EXPECT_EQ(f.learned_bins(), 1);
   EXPECT_DOUBLE_EQ(f.Profile(180), 4);
   EXPECT_LT(f.Profile(240), 0);
+}
+
+TEST(LoadForecasterTest, ABurstBinKeepsItsHighestValueAndDecaysAcrossPeriods) {
+  LoadForecaster f(Hourly());
+  for (double t = 0; t < 60; t += 5) f.ObservePeak(t, t == 20 ? 8 : 1);
+  EXPECT_LT(f.PeakProfile(0), 0);  // still open
+  f.ObservePeak(60, 0);
+  EXPECT_DOUBLE_EQ(f.PeakProfile(0), 8);  // the most of the bin, not its mean (1.6)
+  EXPECT_LT(f.Profile(0), 0);             // the load profile is fed apart
+  // A day without the burst in this bin halves it; a day with a larger one replaces it.
+  f.ObservePeak(3600, 2);
+  f.ObservePeak(3660, 0);
+  EXPECT_DOUBLE_EQ(f.PeakProfile(0), 4);
+  f.ObservePeak(7200, 6);
+  f.ObservePeak(7260, 0);
+  EXPECT_DOUBLE_EQ(f.PeakProfile(0), 6);
+  EXPECT_EQ(f.learned_peak_bins(), 2);  // bin 1 learned 0 twice
+  EXPECT_DOUBLE_EQ(f.PeakProfile(60), 0);
+}
+
+TEST(LoadForecasterTest, BurstAheadReadsTheBinsOfTheHorizonOnly) {
+  LoadForecaster f(Hourly());
+  f.ObservePeak(300, 10);  // bin 5: [300, 360)
+  f.ObservePeak(360, 0);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(0, 240), 0);  // unlearned bins read as none
+  EXPECT_DOUBLE_EQ(f.BurstAhead(0, 299), 0);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(0, 300), 10);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(61, 240), 10);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(330, 0), 10);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(360, 600), 0);   // passed
+  EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 100, 240), 10);  // the same bin next period
+
+  LoadForecaster restored(Hourly());
+  ASSERT_TRUE(restored.RestorePeaks(f.peaks()).ok());
+  EXPECT_DOUBLE_EQ(restored.BurstAhead(0, 300), 10);
+  EXPECT_EQ(restored.learned_bins(), 0);
+  EXPECT_EQ(restored.RestorePeaks(std::vector<double>(61, 1.0)).code(), StatusCode::kInvalidArgument);
+  std::vector<double> inf(60, 0.0);
+  inf[9] = std::numeric_limits<double>::infinity();
+  const Status st = restored.RestorePeaks(inf);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("peaks bin 9"), std::string::npos) << st.message();
+  EXPECT_DOUBLE_EQ(restored.BurstAhead(0, 300), 10);  // unchanged
 }
 
 TEST(LoadForecasterTest, TrendCatchesARiseButNotAFall) {

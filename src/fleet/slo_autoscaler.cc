@@ -20,7 +20,57 @@ SloAutoscaler::SloAutoscaler(SloAutoscalerConfig config)
       load_(std::max(config.load_window_s, 1.0)),
       recommendations_(std::max(config.scale_down_window_s, 1.0)),
       recent_(kLongestArrivalWindowS),
-      bursts_(std::max(config.burst_hold_s, 1.0)) {}
+      bursts_(std::max(config.burst_hold_s, 1.0)),
+      history_(kLongestArrivalWindowS) {}
+
+double SloAutoscaler::ArrivalNeed(const SampleWindow& recent, double now_s, double window_s, double tick_s,
+                                  double slo_s, double* at_w) {
+  // Each sample covers `window_s` and they come a tick apart, so the samples of the last
+  // W - window + tick seconds span the last W.
+  double need = 0, need_w = 0;
+  for (double w : kArrivalWindowsS) {
+    const double span = std::max(w - window_s, 0.0) + tick_s;
+    const double work = recent.Mean(now_s, span, 0) * w;
+    if (work / (w + slo_s) > need) need = work / (w + slo_s), need_w = w;
+  }
+  if (at_w != nullptr) *at_w = need_w;
+  return need;
+}
+
+void SloAutoscaler::ObserveHistory(double t_s, double load, double window_s, double ttft_slo_ms) {
+  forecaster_.Observe(t_s, load);
+  if (ttft_slo_ms <= 0 || !config_.arrival_curve) return;
+  history_.Add(t_s, load);
+  // Not before the history spans the longest window: its first samples have no mean to be a
+  // burst against.
+  if (history_.OldestTime() > t_s - kLongestArrivalWindowS + config_.tick_s) return;
+  const double need = ArrivalNeed(history_, t_s, window_s, config_.tick_s, ttft_slo_ms / 1000);
+  forecaster_.ObservePeak(t_s, IsBurst(need, history_.Mean(t_s, kLongestArrivalWindowS, 0)) ? need : 0);
+}
+
+int SloAutoscaler::Predicted(double now_s, std::string* why) const {
+  const double u = config_.target_utilization;
+  const auto replicas = [&](double load, double at) {
+    return load < config_.forecast_activation ? 0 : static_cast<int>(std::ceil(load / at - 1e-9));
+  };
+  const double ahead = forecaster_.PeakAhead(now_s, config_.lead_s);
+  const double burst = forecaster_.BurstAhead(now_s, config_.lead_s + config_.burst_early_s);
+  const int by_load = replicas(ahead, u), by_burst = replicas(burst, std::min(u, config_.burst_utilization));
+  if (why != nullptr) {
+    *why = by_burst > by_load ? fmt::format("ours: a burst learned within {:.0f} s needs {:.2f} replicas at {:.0f}% -> {}",
+                                            config_.lead_s + config_.burst_early_s, burst,
+                                            std::min(u, config_.burst_utilization) * 100, by_burst)
+                              : fmt::format("ours: forecast {:.2f} replicas of load within {:.0f} s -> {}", ahead,
+                                            config_.lead_s, by_load);
+  }
+  return std::max(by_load, by_burst);
+}
+
+bool SloAutoscaler::IsBurst(double need, double base) const {
+  // A burst needs more than one replica: a lone request to an idle deployment (mean ~0) is not one.
+  return config_.burst_ratio > 0 && need > config_.burst_ratio * base &&
+         std::ceil(need / config_.target_utilization - 1e-9) >= 2;
+}
 
 double SloAutoscaler::Load(const DeploymentSnapshot& s) {
   const ReplicaCapacity& c = s.capacity;
@@ -51,24 +101,16 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   std::string why = fmt::format("ours: load {:.2f} replicas at {:.0f}% -> {}", mean_load, u * 100, rec);
 
   // 1b. The arrival curve at the SLO's timescale: the work of the last W seconds served within
-  // W + D. Each sample covers the snapshot's window and they come a tick apart, so the samples
-  // of the last W - window + tick seconds span the last W.
+  // W + D.
   recent_.Add(now, load);
   if (config_.arrival_curve && s.slo.ttft_p99_ms > 0) {
-    const double d = s.slo.ttft_p99_ms / 1000;
-    double need = 0, need_w = 0;
-    for (double w : kArrivalWindowsS) {
-      const double span = std::max(w - s.window_s, 0.0) + config_.tick_s;
-      const double work = recent_.Mean(now, span, load) * w;
-      if (work / (w + d) > need) need = work / (w + d), need_w = w;
-    }
+    double need_w = 0;
+    const double need = ArrivalNeed(recent_, now, s.window_s, config_.tick_s, s.slo.ttft_p99_ms / 1000, &need_w);
     const int curve = static_cast<int>(std::ceil(need / u - 1e-9));
-    // Against the mean of the longest window, which the burst itself moves least. A burst needs
-    // more than one replica: a lone request to an idle deployment (mean ~0) is not one.
-    const double base = recent_.Mean(now, kLongestArrivalWindowS, load);
-    if (config_.burst_ratio > 0 && config_.burst_hold_s > 0 && curve >= 2 && need > config_.burst_ratio * base) {
-      bursts_.Add(now, curve);
-    }
+    // Against the mean of the longest window, which the burst itself moves least.
+    const bool burst = IsBurst(need, recent_.Mean(now, kLongestArrivalWindowS, load));
+    forecaster_.ObservePeak(now, burst ? need : 0);
+    if (burst && config_.burst_hold_s > 0) bursts_.Add(now, curve);
     if (curve > rec) {
       rec = curve;
       why = fmt::format("ours: {:.0f} s of arrivals need {:.2f} replicas within {:.0f} ms at {:.0f}% -> {}", need_w,
@@ -117,13 +159,12 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   // 3. Look ahead one provisioning lead.
   bool by_forecast = false;
   if (config_.predictive) {
-    const double ahead = forecaster_.PeakAhead(now, config_.lead_s);
-    const int predicted = ahead < config_.forecast_activation ? 0 : static_cast<int>(std::ceil(ahead / u - 1e-9));
+    std::string said;
+    const int predicted = Predicted(now, &said);
     if (predicted > rec) {
       rec = predicted;
       by_forecast = true;
-      why = fmt::format("ours: forecast {:.2f} replicas of load within {:.0f} s -> {}", ahead,
-                        config_.lead_s, rec);
+      why = said;
     }
   }
 

@@ -28,6 +28,13 @@
 //   3. predict the LoadForecaster's highest forecast over the next `lead_s` (provisioning delay
 //              + cold start), divided by the target utilization: replicas are asked for one lead
 //              time before a learned rise. A forecast under `forecast_activation` asks for none.
+//              With a TTFT SLO, also the highest learned burst (step 1c's need, the most of each
+//              bin, held across periods with decay) over the bins of the next `lead_s` +
+//              `burst_early_s`, at `burst_utilization`: replicas are ready when a burst that
+//              came at about this time of day comes again, which no reaction can be (Azure code:
+//              1.1M prompt tokens in the minute after two silent ones). A burst may come
+//              `burst_early_s` before the time it was learned at, and its work arrives within
+//              seconds that the 10 s counters average, so it is planned with more headroom.
 //   4. down    the highest recommendation of the last `scale_down_window_s` (HPA-style
 //              stabilization, shorter than HPA's 300 s because 3 covers rises), no move inside a
 //              10% band, at most halving per tick (AIBrix's max-scale-down-rate 2).
@@ -60,6 +67,10 @@ struct SloAutoscalerConfig {
   // are a burst, and the replicas it asked for are kept burst_hold_s (0 = off).
   double burst_ratio = 2;
   double burst_hold_s = 600;
+  // Step 3: a learned burst is looked for this much beyond the lead, and sized at this share of
+  // a replica's capacity (the lower of it and target_utilization).
+  double burst_early_s = 120;
+  double burst_utilization = 0.6;
   double max_scale_down_rate = 2;
   double idle_to_zero_s = 300;
   double lead_s = 210;          // 180 s node provisioning + 30 s replica cold start
@@ -78,22 +89,35 @@ class SloAutoscaler final : public Autoscaler {
   double tick_seconds() const override { return config_.tick_s; }
   ScaleDecision Recommend(const DeploymentSnapshot& s) override;
 
-  // Feeds the forecaster a past load sample (replicas' worth of work, step 1's L) without
-  // deciding anything: a controller warms it from stored history after a restart, and the
-  // simulator from the days before the replayed one.
-  void ObserveHistory(double t_s, double load) { forecaster_.Observe(t_s, load); }
+  // Feeds the forecaster a past load sample (replicas' worth of work, step 1's L, over the
+  // `window_s` before t_s; samples a tick apart) without deciding anything: the simulator warms
+  // it from the days before the replayed one. With `ttft_slo_ms` > 0 the sample's arrival-curve
+  // need (step 1b) also enters the burst profile.
+  void ObserveHistory(double t_s, double load, double window_s, double ttft_slo_ms);
+  // Step 3 alone: the replicas the forecasts ask for at now_s (0 without a learned rise or
+  // burst), and why. A simulator starts a run with them, as if the controller had been running.
+  int Predicted(double now_s, std::string* why = nullptr) const;
   // Step 1's L for a snapshot.
   static double Load(const DeploymentSnapshot& s);
+  // Step 1b over `recent` (step 1's L, samples `tick_s` apart, each the mean of the `window_s`
+  // before it): the replicas at 100% that serve every recent stretch of arrivals within its
+  // length plus `slo_s`; *at_w (optional) gets the stretch that needs the most.
+  static double ArrivalNeed(const SampleWindow& recent, double now_s, double window_s, double tick_s,
+                            double slo_s, double* at_w = nullptr);
   const LoadForecaster& forecaster() const { return forecaster_; }
   LoadForecaster* learned() override { return &forecaster_; }
 
  private:
+  // Step 1c's test: `need` (step 1b) against `base`, the mean load of the last 160 s.
+  bool IsBurst(double need, double base) const;
+
   SloAutoscalerConfig config_;
   LoadForecaster forecaster_;
   SampleWindow load_;
   SampleWindow recommendations_;
   SampleWindow recent_;  // step 1's L, over the longest arrival-curve window
   SampleWindow bursts_;   // step 1c: sizes asked for by bursts
+  SampleWindow history_;  // ObserveHistory's step 1's L, for its arrival-curve need
   double last_active_s_ = -1;
 };
 

@@ -55,7 +55,8 @@ std::string FormatServingJson(const std::vector<ServingRun>& runs) {
                    {"oscillations", r.oscillations},
                    {"scale_events", r.scale_events},
                    {"prefix_hit_rate", r.prefix_hit_rate},
-                   {"span_s", r.span_s}});
+                   {"span_s", r.span_s},
+                   {"missed_by_minute", r.missed_by_minute}});
   }
   return arr.dump(2) + "\n";
 }

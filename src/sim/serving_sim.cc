@@ -18,6 +18,9 @@
 namespace aicloud::sim {
 namespace {
 
+// The arrival counters of a snapshot cover this long (the gateway's and engines' 10 s rates).
+constexpr double kSnapshotWindowS = 10;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 enum class SlotState { kStarting, kReady, kDraining, kGone };
@@ -45,21 +48,31 @@ double Percentile(std::vector<double> v, double p) {
   return v[rank - 1];
 }
 
-// Load samples (t, replicas of work) of a re-sampled copy of the trace, one every 5 s.
+// Load samples (t, replicas of work) of a re-sampled copy of the trace, one every 5 s: each
+// request kept with probability 0.9, and moved by up to +-120 s, alone (burst_gap_s = 0) or with
+// the rest of its burst.
 std::vector<std::pair<double, double>> HistoryDay(const ServingTrace& trace, const ReplicaModel& model,
-                                                  double period_s, Rng& rng) {
+                                                  double period_s, double burst_gap_s, Rng& rng) {
   const fleet::ReplicaCapacity cap = model.Capacity();
   std::vector<std::pair<double, double>> work;  // (time, replica-seconds)
+  double last = -std::numeric_limits<double>::infinity(), shift = 0;
   for (const ServingRequest& r : trace.requests) {
+    // Each request its own shift, or one per burst: arrivals are sorted, and a burst is a run
+    // of them without a gap of burst_gap_s.
+    if (burst_gap_s <= 0 || r.arrival_s - last >= burst_gap_s) shift = rng.UniformDouble() * 240 - 120;
+    last = r.arrival_s;
     if (rng.UniformDouble() >= 0.9) continue;
-    const double t = std::clamp(r.arrival_s + (rng.UniformDouble() * 240 - 120), 0.0, period_s - 1e-6);
+    // The day repeats: what moves past its end comes back at its start, and not piled up at either.
+    double t = std::fmod(r.arrival_s + shift, period_s);
+    if (t < 0) t += period_s;
     work.emplace_back(t, r.prompt_tokens / cap.prefill_tokens_per_s + r.output_tokens / cap.decode_tokens_per_s);
   }
   std::sort(work.begin(), work.end());
   std::vector<std::pair<double, double>> out;
   size_t lo = 0, hi = 0;
   double sum = 0;
-  const double window = 30;
+  // Samples as the replay's snapshots give them: the work of the last 10 s, every 5 s.
+  const double window = kSnapshotWindowS;
   for (double t = 0; t < period_s; t += 5) {
     while (hi < work.size() && work[hi].first <= t) sum += work[hi++].second;
     while (lo < hi && work[lo].first <= t - window) sum -= work[lo++].second;
@@ -136,13 +149,15 @@ Status Replay::MakePolicy() {
     oc.scale_down_window_s = c_.scale_down_window_s;
     oc.burst_ratio = c_.burst_ratio;
     oc.burst_hold_s = c_.burst_hold_s;
+    oc.burst_early_s = c_.burst_early_s;
+    oc.burst_utilization = c_.burst_utilization;
     oc.forecast.period_s = c_.period_s;
     oc.forecast.bin_s = c_.period_s >= 86400 ? 300 : 60;
     auto ours = std::make_unique<fleet::SloAutoscaler>(oc);
     Rng rng(c_.seed);
     for (int d = c_.history_days; d >= 1; --d) {
-      for (const auto& [t, load] : HistoryDay(trace_, c_.model, c_.period_s, rng)) {
-        ours->ObserveHistory(t - d * c_.period_s, load);
+      for (const auto& [t, load] : HistoryDay(trace_, c_.model, c_.period_s, c_.history_burst_gap_s, rng)) {
+        ours->ObserveHistory(t - d * c_.period_s, load, kSnapshotWindowS, c_.slo.ttft_p99_ms);
       }
     }
     autoscaler_ = std::move(ours);
@@ -252,7 +267,7 @@ void Replay::Tick(double now) {
   s.starting_replicas = starting;
   s.current_replicas = static_cast<int>(s.replicas.size()) + starting;
   s.pending_requests = static_cast<int>(pending_.size());
-  s.window_s = 10;
+  s.window_s = kSnapshotWindowS;
   s.arrival_rps = arrivals_.Sum(now, 10) / 10;
   s.prompt_tokens_per_s = prompt_.Sum(now, 10) / 10;
   s.output_tokens_per_s = output_.Sum(now, 10) / 10;
@@ -337,6 +352,10 @@ StatusOr<ServingRun> Replay::Run() {
     initial = c_.initial_replicas > 0
                   ? c_.initial_replicas
                   : static_cast<int>(std::ceil(OfferedLoad(trace_, c_.model, 120, 120) / 0.7));
+    // What the forecasts ask for at the start, as a controller running since before it would have.
+    if (auto* ours = dynamic_cast<fleet::SloAutoscaler*>(autoscaler_.get()); ours != nullptr && c_.predictive) {
+      initial = std::max(initial, ours->Predicted(0));
+    }
     initial = std::clamp(std::max(initial, 1), c_.bounds.min_replicas, c_.bounds.max_replicas);
   }
   if (initial < 1) return InvalidArgumentError("static replicas must be at least 1");
@@ -409,14 +428,18 @@ StatusOr<ServingRun> Replay::Run() {
     const ServingRequest& r = trace_.requests[i];
     prompt_tokens += r.prompt_tokens;
     cached += o.cached_tokens;
+    const size_t minute = static_cast<size_t>(std::max(0.0, r.arrival_s) / 60);
+    if (out.missed_by_minute.size() <= minute) out.missed_by_minute.resize(minute + 1, 0);
     if (o.first_token_s < 0) {
       ttft.push_back(kInf);
+      ++out.missed_by_minute[minute];
       continue;
     }
     const double ms = (o.first_token_s - r.arrival_s) * 1000;
     ttft.push_back(ms);
     ttft_sum += ms;
     if (c_.slo.ttft_p99_ms <= 0 || ms <= c_.slo.ttft_p99_ms) ++met;
+    else ++out.missed_by_minute[minute];
     if (o.finish_s >= 0) {
       ++out.completed;
       e2e_sum += o.finish_s - r.arrival_s;

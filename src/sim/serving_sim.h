@@ -47,9 +47,14 @@ struct ServingConfig {
   double warm_start_s = 10;
   double node_idle_release_s = 300;  // an empty node is given back after this long
   // "ours" only: days of load history the forecaster learns before the replay. Each day is the
-  // trace re-sampled (every request kept with probability 0.9, moved by up to +-120 s, seeded),
-  // which assumes the day repeats; 0 = no history, the forecaster starts empty.
+  // trace re-sampled (every request kept with probability 0.9, each burst — a run of arrivals
+  // without a gap of history_burst_gap_s — moved as a whole by up to +-120 s, wrapping around
+  // the period; seeded), which assumes the day repeats with its bursts at about the same times;
+  // 0 = no history, the forecaster starts empty. history_burst_gap_s = 0 moves every request
+  // on its own, which smears a burst over 4 minutes. With history, a run starts with what the
+  // forecasts ask for at t = 0 if that is more (a controller that ran before it would have).
   int history_days = 0;
+  double history_burst_gap_s = 5;
   double period_s = 3600;            // the forecaster's cycle for the replayed trace
   bool predictive = true;            // "ours": use the forecaster
   double target_utilization = 0.7;   // "ours": share of replica capacity the sizing plans to use
@@ -58,6 +63,8 @@ struct ServingConfig {
   double scale_down_window_s = 180;  // "ours": the stabilization window of step 4
   double burst_ratio = 2;            // "ours": step 1c (fleet/slo_autoscaler.h); 0 = off
   double burst_hold_s = 600;
+  double burst_early_s = 120;        // "ours": step 3's learned bursts (fleet/slo_autoscaler.h)
+  double burst_utilization = 0.6;
   uint64_t seed = 42;
   double metrics_window_s = 30;      // replicas' TTFT/TPOT/tokens windows in the snapshot
   double sample_every_s = 10;
@@ -88,6 +95,8 @@ struct ServingRun {
   double prefix_hit_rate = 0;  // prompt tokens served from a replica's prefix cache
   int64_t nodes_provisioned = 0;
   std::vector<TimelinePoint> timeline;
+  // Requests that missed the TTFT SLO (or never got a first token), by the minute they arrived.
+  std::vector<int> missed_by_minute;
 };
 
 // InvalidArgument for an unknown policy or router, or an empty trace.

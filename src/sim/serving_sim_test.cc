@@ -243,6 +243,40 @@ TEST(ServingSimTest, ArrivalCurveSizingHoldsTheSloThroughBursts) {
   EXPECT_GE(with->slo_attainment, 0.9);
 }
 
+// An hour with three 10-second bursts (100 replica-seconds of prefill each) over a trickle. A
+// reacting fleet meets them with the one or two replicas the trickle needs. With three earlier
+// days in which each burst came within 2 minutes of its time, the forecaster has the fleet ready
+// one provisioning lead ahead; with days that moved every request on its own, the history has no
+// burst to learn.
+TEST(ServingSimTest, BurstsLearnedFromHistoryAreMetByAFleetStartedBeforeThem) {
+  ReplicaModel m;
+  const int prompt = static_cast<int>(m.Capacity().prefill_tokens_per_s / 2);  // half a second
+  ServingTrace t;
+  t.name = "daily bursts";
+  for (double s = 0; s < 3600; s += 2) t.requests.push_back({.arrival_s = s, .prompt_tokens = prompt, .output_tokens = 1});
+  for (double b : {600.0, 1800.0, 3000.0}) {
+    for (int i = 0; i < 200; ++i) t.requests.push_back({.arrival_s = b + i / 20.0, .prompt_tokens = prompt, .output_tokens = 1});
+  }
+  std::sort(t.requests.begin(), t.requests.end(),
+            [](const ServingRequest& a, const ServingRequest& b) { return a.arrival_s < b.arrival_s; });
+  ServingConfig c;
+  c.policy = "ours";
+  c.slo.ttft_p99_ms = 5000;
+  c.burst_hold_s = 0;  // no hold between bursts: each must be met on its own
+  StatusOr<ServingRun> none = RunServing(t, c);
+  c.history_days = 3;
+  StatusOr<ServingRun> learned = RunServing(t, c);
+  c.history_burst_gap_s = 0;
+  StatusOr<ServingRun> smeared = RunServing(t, c);
+  ASSERT_TRUE(none.ok() && learned.ok() && smeared.ok());
+  EXPECT_GE(learned->slo_attainment, 0.99) << learned->slo_attainment;
+  EXPECT_LT(none->slo_attainment, 0.9) << none->slo_attainment;
+  EXPECT_LT(smeared->slo_attainment, 0.9) << smeared->slo_attainment;
+  // Ready for the bursts, not for the hour: fewer GPU-hours than holding the burst fleet throughout.
+  EXPECT_LT(learned->gpu_hours, 0.7 * learned->peak_gpus * t.span_s() / 3600)
+      << learned->gpu_hours << " GPU-h, peak " << learned->peak_gpus;
+}
+
 TEST(ServingSimTest, BadConfig) {
   const ServingTrace t = Steady(1, 10, 10, 10);
   ServingConfig c;
