@@ -58,6 +58,7 @@ struct AutoscaleOptions : CommonOptions {
   double burst_utilization = 0.6;
   double utilization = 0.7;
   double history_burst_gap = 5;
+  double history_shift = 120;
 };
 
 struct RoutingOptions : CommonOptions {
@@ -111,6 +112,7 @@ int RunAutoscale(const AutoscaleOptions& o) {
   base.burst_utilization = o.burst_utilization;
   base.target_utilization = o.utilization;
   base.history_burst_gap_s = o.history_burst_gap;
+  base.history_max_shift_s = o.history_shift;
   base.slo.ttft_p99_ms = o.ttft_slo_ms;
   base.provision_delay_s = o.provision_delay;
   base.warm_pool = o.warm_pool;
@@ -256,6 +258,10 @@ void AddSimulateServing(CLI::App& simulate, int* exit_code) {
   as->add_option("--burst-utilization", a->burst_utilization,
                  "ours: a burst learned from history is served at this share of a replica's capacity")
       ->check(CLI::Range(0.05, 1.0))
+      ->capture_default_str();
+  as->add_option("--history-shift", a->history_shift,
+                 "History days: the most seconds a burst (or request) moves either way from its time")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   as->add_option("--history-burst-gap", a->history_burst_gap,
                  "History days: a run of arrivals without a gap this long moves as one burst (0: every request "

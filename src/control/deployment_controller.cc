@@ -39,11 +39,20 @@ json ForecastStatus(const fleet::LoadForecaster& f) {
               {"binS", f.config().bin_s},
               {"learnedBins", f.learned_bins()},
               {"profile", std::move(profile)}};
-  // The burst profile (the most of step 1b's need per bin), once a burst came.
+  // The burst profile (the most of step 1b's need per bin), once a burst came, and the days
+  // (periods since the epoch) each bin last saw one in.
   if (std::any_of(f.peaks().begin(), f.peaks().end(), [](double v) { return v > 0; })) {
-    json peaks = json::array();
+    json peaks = json::array(), periods = json::array();
     for (double v : f.peaks()) peaks.push_back(v < 0 ? json(nullptr) : json(std::round(v * 1e4) / 1e4));
+    for (const fleet::LoadForecaster::BurstPeriods& p : f.burst_periods()) {
+      json seen = json::array();
+      for (long long v : p) {
+        if (v != fleet::LoadForecaster::kNoPeriod) seen.push_back(v);
+      }
+      periods.push_back(seen.empty() ? json(nullptr) : std::move(seen));
+    }
     out["peaks"] = std::move(peaks);
+    out["burstPeriods"] = std::move(periods);
   }
   return out;
 }
@@ -267,9 +276,34 @@ Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
       else return InvalidArgumentError(fmt::format("{}[{}] is {}, not a number or null", field, i, v.dump()));
     }
   }
-  // Both checked above: neither can fail now, so nothing is half restored.
+  std::vector<fleet::LoadForecaster::BurstPeriods> periods;
+  if (forecast.contains("burstPeriods")) {
+    const json& values = forecast["burstPeriods"];
+    const size_t want = slots[0].size();
+    if (!values.is_array() || values.size() != want) {
+      return InvalidArgumentError(fmt::format("status.forecast.burstPeriods is {}, not an array of {} values",
+                                              values.is_array() ? fmt::format("an array of {}", values.size())
+                                                                : values.dump(),
+                                              want));
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      const json& v = values[i];
+      fleet::LoadForecaster::BurstPeriods p{fleet::LoadForecaster::kNoPeriod, fleet::LoadForecaster::kNoPeriod};
+      const bool ok = v.is_null() || (v.is_array() && v.size() <= 2 && std::all_of(v.begin(), v.end(), [](const json& x) {
+                                        return x.is_number_integer();
+                                      }));
+      if (!ok) {
+        return InvalidArgumentError(
+            fmt::format("status.forecast.burstPeriods[{}] is {}, not null or up to two whole numbers", i, v.dump()));
+      }
+      for (size_t k = 0; k < (v.is_array() ? v.size() : 0); ++k) p[k] = v[k].get<long long>();
+      periods.push_back(p);
+    }
+  }
+  // All checked above: nothing can fail now, so nothing is half restored.
   (void)f->RestoreProfile(slots[0]);
   if (!slots[1].empty()) (void)f->RestorePeaks(slots[1]);
+  if (!periods.empty()) (void)f->RestoreBurstPeriods(periods);
   return OkStatus();
 }
 
@@ -642,6 +676,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
           before->config().bin_s == f->config().bin_s && before->learned_bins() > 0) {
         (void)f->RestoreProfile(before->profile());  // same shape: cannot fail
         (void)f->RestorePeaks(before->peaks());
+        (void)f->RestoreBurstPeriods(before->burst_periods());
       } else if (f != nullptr && old.is_object() && old.contains("forecast")) {
         if (Status r = RestoreForecast(old["forecast"], f); !r.ok()) {
           spdlog::warn("deployment {}: the stored load profile is not used: {}", key, std::string(r.message()));

@@ -673,6 +673,45 @@ TEST_F(DeploymentControllerTest, AScaleToZeroDeploymentIsPreWarmedForARiseButNot
                                             << Status()["lastScale"].dump();
 }
 
+// 07:58 UTC; the stored burst profile has a burst of 3 replicas' need at 08:00-08:05 (bin 96),
+// seen on two days. With a TTFT SLO it is pre-warmed at 60%: ceil(3 / 0.6) = 5. Stored without the
+// days it came on, it is not trusted; and an edit that makes a new autoscaler keeps it.
+TEST_F(DeploymentControllerTest, AStoredBurstIsPreWarmedOnceItCameOnTwoDays) {
+  const double offset = 7 * 3600 + 58 * 60 - 1000;
+  auto store = [&](bool with_days) {
+    json profile(288, nullptr), peaks(288, nullptr), days(288, nullptr);
+    profile[95] = profile[96] = 0;
+    peaks[95] = 0;
+    peaks[96] = 3;
+    days[96] = json::array({-1, -2});
+    json d = *store_.Get({"Deployment", "acme", "chat"});
+    d["status"]["forecast"] = {{"periodS", 86400}, {"binS", 300}, {"learnedBins", 2}, {"profile", profile}, {"peaks", peaks}};
+    if (with_days) d["status"]["forecast"]["burstPeriods"] = days;
+    ASSERT_TRUE(store_.Update(d, 0).ok());
+    Restart(offset);
+  };
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 10}}}, {"slo", {{"ttftP99Ms", 500}}}});
+  store(/*with_days=*/false);
+  dc_->Turn();
+  EXPECT_EQ(Status()["desiredReplicas"], 1) << Status()["lastScale"].dump();
+  store(/*with_days=*/true);
+  dc_->Turn();
+  EXPECT_EQ(Status()["desiredReplicas"], 5) << Status()["lastScale"].dump();
+  EXPECT_NE(Status()["lastScale"]["reason"].get<std::string>().find("burst learned"), std::string::npos)
+      << Status()["lastScale"].dump();
+  EXPECT_EQ(Status()["forecast"]["burstPeriods"][96], json::array({-1, -2})) << "kept through the restart";
+
+  // The stored copy lost, an edit that makes a new autoscaler keeps the bursts it had in memory.
+  json d = *store_.Get({"Deployment", "acme", "chat"});
+  d["status"].erase("forecast");
+  ASSERT_TRUE(store_.Update(d, 0).ok());
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 8}}}, {"slo", {{"ttftP99Ms", 500}}}});
+  dc_->Turn();
+  EXPECT_EQ(Status()["desiredReplicas"], 5) << Status()["lastScale"].dump();
+  EXPECT_EQ(Status()["forecast"]["peaks"][96], 3) << Status()["forecast"].dump();
+  EXPECT_EQ(Status()["forecast"]["burstPeriods"][96], json::array({-1, -2}));
+}
+
 TEST_F(DeploymentControllerTest, ASpecEditKeepsWhatTheAutoscalerLearnedInMemory) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}, {"profile", "latency"}});
   dc_->Turn();
@@ -713,12 +752,19 @@ TEST(RestoreForecast, NamesTheFieldThatDoesNotFit) {
   odd_peaks["peaks"][3] = "x";
   json short_peaks = good;
   short_peaks["peaks"] = json::array({1});
+  json odd_days = with_peaks;
+  odd_days["burstPeriods"] = json(288, nullptr);
+  odd_days["burstPeriods"][4] = json::array({1, 2, 3});
+  json short_days = with_peaks;
+  short_days["burstPeriods"] = json::array();
   json object_peaks = good;
   object_peaks["peaks"] = json::object();
   const std::pair<json, std::string> cases[] = {
       {odd_peaks, "status.forecast.peaks[3] is \"x\", not a number or null"},
       {short_peaks, "status.forecast.peaks has 1 values, want 288 (periodS / binS)"},
       {object_peaks, "status.forecast.peaks is {}, not an array"},
+      {odd_days, "status.forecast.burstPeriods[4] is [1,2,3], not null or up to two whole numbers"},
+      {short_days, "status.forecast.burstPeriods is an array of 0, not an array of 288 values"},
       {json("x"), "status.forecast is \"x\", not an object"},
       {{{"binS", 300}, {"profile", good["profile"]}}, "status.forecast.periodS is missing"},
       {{{"periodS", "86400"}, {"binS", 300}, {"profile", good["profile"]}}, "status.forecast.periodS is \"86400\", not a number"},

@@ -392,24 +392,28 @@ TEST(SloAutoscalerTest, PredictivePreWarmFiresOneLeadBeforeALearnedRise) {
 // Two past hours, quiet (0.2 replicas of load) but for 10 s at minute 30 carrying 30 replicas of
 // prefill, as the 10 s counters read it (15 at +5 s, 30 at +10 s, 15 at +15 s): step 1b's need is
 // 300 / (10 + 5) = 20 replicas. Today, one lead (180 s) + burst_early_s (120 s) before minute 30,
-// the burst's replicas are asked for at burst_utilization (0.6): ceil(20 / 0.6) = 34.
+// the burst's replicas are asked for at burst_utilization (0.6): ceil(20 / 0.6) = 34. A burst
+// seen in one hour only, or a smooth hour with the same work, asks for nothing.
 TEST(SloAutoscalerTest, ABurstLearnedFromHistoryIsReadyBeforeItComesAgain) {
   const auto history_load = [](double t) {
     const double in_hour = std::fmod(t, 3600);
     if (in_hour == 1805 || in_hour == 1815) return 15.0;
     return in_hour == 1810 ? 30.0 : 0.2;
   };
-  for (bool bursty : {true, false}) {
+  enum Past { kTwoBurstyHours, kOneBurstyHour, kSmooth };
+  for (Past past : {kTwoBurstyHours, kOneBurstyHour, kSmooth}) {
+    SCOPED_TRACE(past);
     SloAutoscalerConfig c = OursConfig();
     c.forecast.period_s = 3600;
     c.forecast.bin_s = 60;
     c.lead_s = 180;
     SloAutoscaler ours(c);
     for (double t = 0; t < 7200; t += 5) {
-      // The smooth day carries the same work spread over the hour.
+      const bool bursty = past == kTwoBurstyHours || (past == kOneBurstyHour && t >= 3600);
+      // The smooth hour carries the same work spread over the hour.
       ours.ObserveHistory(t, bursty ? history_load(t) : 0.2 + 60.0 * 5 / 3600, 10, 5000);
     }
-    EXPECT_NEAR(ours.forecaster().PeakProfile(1800), bursty ? 20 : 0, 1e-9);
+    EXPECT_NEAR(ours.forecaster().PeakProfile(1800), past == kSmooth ? 0 : 20, 1e-9);
     auto at = [&](double t) {
       DeploymentSnapshot s = Snap(t, 1, 0);
       s.capacity = {32, 1000, 1000};
@@ -423,11 +427,12 @@ TEST(SloAutoscalerTest, ABurstLearnedFromHistoryIsReadyBeforeItComesAgain) {
       ASSERT_EQ(d.desired, 1) << "t=" << t - burst << ": " << d.reason;
     }
     ScaleDecision d = at(burst - 300);
-    if (bursty) {
+    if (past == kTwoBurstyHours) {
       EXPECT_EQ(d.desired, 34) << d.reason;
       EXPECT_TRUE(d.forecast);
       EXPECT_NE(d.reason.find("burst learned"), std::string::npos) << d.reason;
-      EXPECT_EQ(ours.Predicted(burst - 300), 34);
+      EXPECT_EQ(ours.Predicted(burst - 300, /*with_bursts=*/true), 34);
+      EXPECT_EQ(ours.Predicted(burst - 300, /*with_bursts=*/false), 1);
     } else {
       EXPECT_EQ(d.desired, 1) << d.reason;
     }
@@ -436,6 +441,30 @@ TEST(SloAutoscalerTest, ABurstLearnedFromHistoryIsReadyBeforeItComesAgain) {
   SloAutoscaler ours(OursConfig());
   for (double t = 0; t < 7200; t += 5) ours.ObserveHistory(t, history_load(t), 10, 0);
   EXPECT_EQ(ours.forecaster().learned_peak_bins(), 0);
+}
+
+// A deployment whose SLO was removed sees no bursts: what it learned fades by burst_decay a day
+// instead of being kept, and is not asked for.
+TEST(SloAutoscalerTest, LearnedBurstsFadeWithoutAnSlo) {
+  SloAutoscalerConfig c = OursConfig();
+  c.forecast.period_s = 3600;
+  c.forecast.bin_s = 60;
+  SloAutoscaler ours(c);
+  for (double t = 0; t < 7200; t += 5) {
+    const double in_hour = std::fmod(t, 3600);
+    ours.ObserveHistory(t, in_hour == 1810 ? 30.0 : (in_hour == 1805 || in_hour == 1815 ? 15.0 : 0.2), 10, 5000);
+  }
+  ASSERT_NEAR(ours.forecaster().PeakProfile(1800), 20, 1e-9);
+  for (double t = 7200; t < 7200 + 1900; t += 5) {
+    DeploymentSnapshot s = Snap(t, 1, 0);
+    s.capacity = {32, 1000, 1000};
+    s.prompt_tokens_per_s = 200;  // no SLO
+    ScaleDecision d = ours.Recommend(s);
+    // The mean profile still forecasts the minute's mean (5.15 replicas -> 8), not the burst (34).
+    ASSERT_LE(d.desired, 8) << "t=" << t - 7200 << ": " << d.reason;
+    ASSERT_EQ(d.reason.find("burst learned"), std::string::npos) << "t=" << t - 7200 << ": " << d.reason;
+  }
+  EXPECT_NEAR(ours.forecaster().PeakProfile(1800), 10, 1e-9);
 }
 
 TEST(SloAutoscalerTest, NoHistoryNoPreWarm) {

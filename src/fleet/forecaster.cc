@@ -12,6 +12,7 @@ LoadForecaster::LoadForecaster(ForecasterConfig config)
   const int slots = std::max(1, static_cast<int>(std::lround(config_.period_s / config_.bin_s)));
   profile_.assign(static_cast<size_t>(slots), -1.0);
   peaks_.assign(static_cast<size_t>(slots), -1.0);
+  burst_periods_.assign(static_cast<size_t>(slots), BurstPeriods{kNoPeriod, kNoPeriod});
 }
 
 int LoadForecaster::Slot(double t_s) const {
@@ -25,12 +26,19 @@ void LoadForecaster::Accumulate(OpenBin& b, std::vector<double>& slots, bool pea
   if (!b.open || bin != b.bin) {
     if (b.open && b.count > 0) {
       const double v = peak ? b.max : b.sum / b.count;
-      double& slot = slots[static_cast<size_t>(Slot(static_cast<double>(b.bin) * config_.bin_s))];
+      const double start = static_cast<double>(b.bin) * config_.bin_s;
+      const size_t at = static_cast<size_t>(Slot(start));
+      double& slot = slots[at];
       // The mean is smoothed; a burst is held with decay: it comes at about the same time of
       // day, not in the same bin each day, and a day without it in this bin is no evidence
       // that it stopped.
       if (slot < 0) slot = v;
-      else slot = peak ? std::max(v, (1 - config_.smoothing) * slot) : config_.smoothing * v + (1 - config_.smoothing) * slot;
+      else slot = peak ? std::max(v, config_.burst_decay * slot) : config_.smoothing * v + (1 - config_.smoothing) * slot;
+      if (peak && v > 0) {
+        BurstPeriods& seen = burst_periods_[at];
+        const long long period = static_cast<long long>(std::floor(start / config_.period_s));
+        if (seen[0] != period) seen = {period, seen[0]};
+      }
     }
     b = {.open = true, .bin = bin, .sum = 0, .max = 0, .count = 0};
   }
@@ -47,9 +55,31 @@ void LoadForecaster::Observe(double t_s, double value) {
 void LoadForecaster::ObservePeak(double t_s, double value) { Accumulate(open_peak_, peaks_, /*peak=*/true, t_s, value); }
 
 double LoadForecaster::BurstAhead(double now_s, double horizon_s) const {
+  // The distinct periods in which the bursts of these bins came, up to as many as are needed.
+  const int need = std::clamp(config_.burst_min_periods, 0, kMaxBurstMinPeriods);
+  std::array<long long, kMaxBurstMinPeriods> periods;
+  int distinct = 0;
   double best = 0;
-  for (double h = 0; h < horizon_s; h += config_.bin_s) best = std::max(best, PeakProfile(now_s + h));
-  return std::max(best, PeakProfile(now_s + horizon_s));
+  const auto read = [&](double t) {
+    const size_t at = static_cast<size_t>(Slot(t));
+    best = std::max(best, peaks_[at]);
+    for (long long p : burst_periods_[at]) {
+      if (p == kNoPeriod || distinct >= need) continue;
+      if (std::find(periods.begin(), periods.begin() + distinct, p) == periods.begin() + distinct) periods[distinct++] = p;
+    }
+  };
+  for (double h = 0; h < horizon_s; h += config_.bin_s) read(now_s + h);
+  read(now_s + horizon_s);
+  return distinct >= need ? best : 0;
+}
+
+Status LoadForecaster::RestoreBurstPeriods(const std::vector<BurstPeriods>& periods) {
+  if (periods.size() != burst_periods_.size()) {
+    return InvalidArgumentError("burst periods have " + std::to_string(periods.size()) + " bins, want " +
+                                std::to_string(burst_periods_.size()) + " (period / bin)");
+  }
+  burst_periods_ = periods;
+  return OkStatus();
 }
 
 int LoadForecaster::learned_peak_bins() const {

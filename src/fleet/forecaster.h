@@ -8,9 +8,12 @@
 //             current load is from the profile now (a quiet day stays quiet). Only bins that
 //             have closed are learned, so the forecast never uses the future.
 //   bursts    a second profile, fed separately (ObservePeak): per bin the highest value seen in
-//             it (a burst's need at the SLO's timescale, which a bin's mean dilutes), smoothed
-//             across periods like the mean. It is not shifted by today's level: a burst a
-//             minute long says nothing about the minutes around it. BurstAhead reads it.
+//             it (a burst's need at the SLO's timescale, which a bin's mean dilutes), held
+//             across periods with decay: max(newest, burst_decay x before). It is not shifted by
+//             today's level: a burst a minute long says nothing about the minutes around it.
+//             BurstAhead reads it, and trusts it only when the bursts in the bins it reads came
+//             in at least `burst_min_periods` different periods: a one-off (a load test) is not
+//             pre-warmed for the next day.
 //   trend     the slope between the older and newer halves of the last `trend_window_s` of
 //             observations, rises only,
 //             extrapolated at most `trend_horizon_s` ahead and capped at `max_trend_ratio` x
@@ -23,6 +26,8 @@
 // Not thread-safe. Deterministic.
 #pragma once
 
+#include <array>
+#include <limits>
 #include <vector>
 
 #include "core/status.h"
@@ -38,7 +43,11 @@ struct ForecasterConfig {
   double trend_window_s = 120; // 0 disables the trend part
   double trend_horizon_s = 60;
   double max_trend_ratio = 1.5;
+  double burst_decay = 0.5;    // a burst bin's weight after a period without a larger burst
+  int burst_min_periods = 2;   // BurstAhead: periods a burst must have come in to be trusted (<= 8)
 };
+
+inline constexpr int kMaxBurstMinPeriods = 8;
 
 class LoadForecaster {
  public:
@@ -61,15 +70,24 @@ class LoadForecaster {
   // not finite. Negative values mean "not learned".
   Status RestoreProfile(const std::vector<double>& profile);
 
-  // The burst profile. REQUIRES: t_s does not decrease between calls.
+  // The burst profile: `value` > 0 at a burst, 0 otherwise. REQUIRES: t_s does not decrease
+  // between calls.
   void ObservePeak(double t_s, double value);
-  // Highest learned burst over the bins of [now_s, now_s + horizon_s]; 0 when none is learned.
+  // Highest learned burst over the bins of [now_s, now_s + horizon_s]; 0 when none is learned,
+  // or when the bursts in those bins came in fewer than burst_min_periods periods.
   double BurstAhead(double now_s, double horizon_s) const;
   double PeakProfile(double t_s) const { return peaks_[static_cast<size_t>(Slot(t_s))]; }
   const std::vector<double>& peaks() const { return peaks_; }
   int learned_peak_bins() const;
   // As RestoreProfile, for the burst profile.
   Status RestorePeaks(const std::vector<double>& peaks);
+  // Per bin, the last two periods (floor(t / period_s), newest first; kNoPeriod: none) in which
+  // a burst came in it, to be stored with peaks(). INVALID_ARGUMENT (nothing changed) for
+  // another size; a restore without them trusts no burst until it comes again.
+  using BurstPeriods = std::array<long long, 2>;
+  static constexpr long long kNoPeriod = std::numeric_limits<long long>::min();
+  const std::vector<BurstPeriods>& burst_periods() const { return burst_periods_; }
+  Status RestoreBurstPeriods(const std::vector<BurstPeriods>& periods);
   double Level(double now_s) const { return recent_.Mean(now_s, config_.level_window_s); }
   const ForecasterConfig& config() const { return config_; }
 
@@ -78,7 +96,7 @@ class LoadForecaster {
   double PeriodicForecast(double now_s, double horizon_s) const;  // < 0 when unknown
   double TrendForecast(double now_s, double horizon_s) const;
 
-  // The bin being accumulated; its value enters `slots` (EWMA) when a later bin starts.
+  // The bin being accumulated; its value enters `slots` when a later bin starts.
   struct OpenBin {
     bool open = false;
     long long bin = 0;  // absolute bin index (times may be negative)
@@ -90,6 +108,7 @@ class LoadForecaster {
   ForecasterConfig config_;
   std::vector<double> profile_;  // per slot; < 0 = not learned
   std::vector<double> peaks_;    // per slot; < 0 = not learned
+  std::vector<BurstPeriods> burst_periods_;  // per slot
   OpenBin open_, open_peak_;
   SampleWindow recent_;
 };

@@ -104,7 +104,9 @@ TEST(LoadForecasterTest, ABurstBinKeepsItsHighestValueAndDecaysAcrossPeriods) {
 }
 
 TEST(LoadForecasterTest, BurstAheadReadsTheBinsOfTheHorizonOnly) {
-  LoadForecaster f(Hourly());
+  ForecasterConfig once = Hourly();
+  once.burst_min_periods = 1;
+  LoadForecaster f(once);
   f.ObservePeak(300, 10);  // bin 5: [300, 360)
   f.ObservePeak(360, 0);
   EXPECT_DOUBLE_EQ(f.BurstAhead(0, 240), 0);  // unlearned bins read as none
@@ -115,9 +117,12 @@ TEST(LoadForecasterTest, BurstAheadReadsTheBinsOfTheHorizonOnly) {
   EXPECT_DOUBLE_EQ(f.BurstAhead(360, 600), 0);   // passed
   EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 100, 240), 10);  // the same bin next period
 
-  LoadForecaster restored(Hourly());
+  LoadForecaster restored(once);
   ASSERT_TRUE(restored.RestorePeaks(f.peaks()).ok());
+  EXPECT_DOUBLE_EQ(restored.BurstAhead(0, 300), 0) << "restored without the periods it came in: not trusted";
+  ASSERT_TRUE(restored.RestoreBurstPeriods(f.burst_periods()).ok());
   EXPECT_DOUBLE_EQ(restored.BurstAhead(0, 300), 10);
+  EXPECT_EQ(restored.RestoreBurstPeriods({}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(restored.learned_bins(), 0);
   EXPECT_EQ(restored.RestorePeaks(std::vector<double>(61, 1.0)).code(), StatusCode::kInvalidArgument);
   std::vector<double> inf(60, 0.0);
@@ -126,6 +131,26 @@ TEST(LoadForecasterTest, BurstAheadReadsTheBinsOfTheHorizonOnly) {
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("peaks bin 9"), std::string::npos) << st.message();
   EXPECT_DOUBLE_EQ(restored.BurstAhead(0, 300), 10);  // unchanged
+}
+
+// By default a burst is trusted once bursts came in the bins read on two different periods
+// (days): at about the same time, not necessarily in the same bin.
+TEST(LoadForecasterTest, ABurstIsTrustedOnceItCameOnTwoPeriods) {
+  LoadForecaster f(Hourly());
+  f.ObservePeak(600, 9);  // period 0, bin 10
+  f.ObservePeak(660, 0);
+  f.ObservePeak(720, 5);  // the same period, bin 12: still one period
+  f.ObservePeak(780, 0);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(540, 300), 0);
+  EXPECT_DOUBLE_EQ(f.PeakProfile(600), 9);  // learned, just not trusted
+  f.ObservePeak(3600 + 660, 7);  // period 1, bin 11
+  EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 540, 300), 0) << "bin 11 of period 1 is still open";
+  f.ObservePeak(3600 + 720, 0);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 540, 300), 9);  // periods 0 and 1: the largest
+  EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 660, 0), 0) << "bin 11 alone: one period";
+  EXPECT_EQ(f.burst_periods()[11][0], 1);
+  EXPECT_EQ(f.burst_periods()[11][1], LoadForecaster::kNoPeriod);
+  EXPECT_EQ(f.burst_periods()[10][0], 0);
 }
 
 TEST(LoadForecasterTest, TrendCatchesARiseButNotAFall) {

@@ -41,25 +41,22 @@ void SloAutoscaler::ObserveHistory(double t_s, double load, double window_s, dou
   forecaster_.Observe(t_s, load);
   if (ttft_slo_ms <= 0 || !config_.arrival_curve) return;
   history_.Add(t_s, load);
-  // Not before the history spans the longest window: its first samples have no mean to be a
-  // burst against.
-  if (history_.OldestTime() > t_s - kLongestArrivalWindowS + config_.tick_s) return;
   const double need = ArrivalNeed(history_, t_s, window_s, config_.tick_s, ttft_slo_ms / 1000);
   forecaster_.ObservePeak(t_s, IsBurst(need, history_.Mean(t_s, kLongestArrivalWindowS, 0)) ? need : 0);
 }
 
-int SloAutoscaler::Predicted(double now_s, std::string* why) const {
+int SloAutoscaler::Predicted(double now_s, bool with_bursts, std::string* why) const {
   const double u = config_.target_utilization;
+  const double burst_u = config_.burst_utilization > 0 ? std::min(u, config_.burst_utilization) : u;
   const auto replicas = [&](double load, double at) {
     return load < config_.forecast_activation ? 0 : static_cast<int>(std::ceil(load / at - 1e-9));
   };
   const double ahead = forecaster_.PeakAhead(now_s, config_.lead_s);
-  const double burst = forecaster_.BurstAhead(now_s, config_.lead_s + config_.burst_early_s);
-  const int by_load = replicas(ahead, u), by_burst = replicas(burst, std::min(u, config_.burst_utilization));
+  const double burst = with_bursts ? forecaster_.BurstAhead(now_s, config_.lead_s + config_.burst_early_s) : 0;
+  const int by_load = replicas(ahead, u), by_burst = replicas(burst, burst_u);
   if (why != nullptr) {
     *why = by_burst > by_load ? fmt::format("ours: a burst learned within {:.0f} s needs {:.2f} replicas at {:.0f}% -> {}",
-                                            config_.lead_s + config_.burst_early_s, burst,
-                                            std::min(u, config_.burst_utilization) * 100, by_burst)
+                                            config_.lead_s + config_.burst_early_s, burst, burst_u * 100, by_burst)
                               : fmt::format("ours: forecast {:.2f} replicas of load within {:.0f} s -> {}", ahead,
                                             config_.lead_s, by_load);
   }
@@ -103,7 +100,10 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   // 1b. The arrival curve at the SLO's timescale: the work of the last W seconds served within
   // W + D.
   recent_.Add(now, load);
-  if (config_.arrival_curve && s.slo.ttft_p99_ms > 0) {
+  const bool curve_on = config_.arrival_curve && s.slo.ttft_p99_ms > 0;
+  // Without a timescale no burst is seen, and learned ones fade as on days without them.
+  if (!curve_on) forecaster_.ObservePeak(now, 0);
+  if (curve_on) {
     double need_w = 0;
     const double need = ArrivalNeed(recent_, now, s.window_s, config_.tick_s, s.slo.ttft_p99_ms / 1000, &need_w);
     const int curve = static_cast<int>(std::ceil(need / u - 1e-9));
@@ -160,7 +160,7 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   bool by_forecast = false;
   if (config_.predictive) {
     std::string said;
-    const int predicted = Predicted(now, &said);
+    const int predicted = Predicted(now, curve_on, &said);
     if (predicted > rec) {
       rec = predicted;
       by_forecast = true;

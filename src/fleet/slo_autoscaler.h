@@ -29,8 +29,9 @@
 //              + cold start), divided by the target utilization: replicas are asked for one lead
 //              time before a learned rise. A forecast under `forecast_activation` asks for none.
 //              With a TTFT SLO, also the highest learned burst (step 1c's need, the most of each
-//              bin, held across periods with decay) over the bins of the next `lead_s` +
-//              `burst_early_s`, at `burst_utilization`: replicas are ready when a burst that
+//              bin, held across periods with decay; trusted once bursts came there on
+//              `forecast.burst_min_periods` (2) different days) over the bins of the next
+//              `lead_s` + `burst_early_s`, at `burst_utilization`: replicas are ready when a burst that
 //              came at about this time of day comes again, which no reaction can be (Azure code:
 //              1.1M prompt tokens in the minute after two silent ones). A burst may come
 //              `burst_early_s` before the time it was learned at, and its work arrives within
@@ -68,7 +69,7 @@ struct SloAutoscalerConfig {
   double burst_ratio = 2;
   double burst_hold_s = 600;
   // Step 3: a learned burst is looked for this much beyond the lead, and sized at this share of
-  // a replica's capacity (the lower of it and target_utilization).
+  // a replica's capacity (the lower of it and target_utilization; <= 0: target_utilization).
   double burst_early_s = 120;
   double burst_utilization = 0.6;
   double max_scale_down_rate = 2;
@@ -95,8 +96,9 @@ class SloAutoscaler final : public Autoscaler {
   // need (step 1b) also enters the burst profile.
   void ObserveHistory(double t_s, double load, double window_s, double ttft_slo_ms);
   // Step 3 alone: the replicas the forecasts ask for at now_s (0 without a learned rise or
-  // burst), and why. A simulator starts a run with them, as if the controller had been running.
-  int Predicted(double now_s, std::string* why = nullptr) const;
+  // burst; learned bursts only `with_bursts`, i.e. with a TTFT SLO and step 1b on), and why. A
+  // simulator starts a run with them, as if the controller had been running.
+  int Predicted(double now_s, bool with_bursts, std::string* why = nullptr) const;
   // Step 1's L for a snapshot.
   static double Load(const DeploymentSnapshot& s);
   // Step 1b over `recent` (step 1's L, samples `tick_s` apart, each the mean of the `window_s`

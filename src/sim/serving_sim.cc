@@ -48,35 +48,25 @@ double Percentile(std::vector<double> v, double p) {
   return v[rank - 1];
 }
 
-// Load samples (t, replicas of work) of a re-sampled copy of the trace, one every 5 s: each
-// request kept with probability 0.9, and moved by up to +-120 s, alone (burst_gap_s = 0) or with
-// the rest of its burst.
+// Load samples (t, replicas of work) of a re-sampled copy of the trace (ResampledDay), one every
+// `every_s` (the autoscaler's tick), each the work of the last kSnapshotWindowS as the replay's
+// snapshots give it.
 std::vector<std::pair<double, double>> HistoryDay(const ServingTrace& trace, const ReplicaModel& model,
-                                                  double period_s, double burst_gap_s, Rng& rng) {
+                                                  double period_s, double burst_gap_s, double max_shift_s,
+                                                  double every_s, Rng& rng) {
   const fleet::ReplicaCapacity cap = model.Capacity();
-  std::vector<std::pair<double, double>> work;  // (time, replica-seconds)
-  double last = -std::numeric_limits<double>::infinity(), shift = 0;
-  for (const ServingRequest& r : trace.requests) {
-    // Each request its own shift, or one per burst: arrivals are sorted, and a burst is a run
-    // of them without a gap of burst_gap_s.
-    if (burst_gap_s <= 0 || r.arrival_s - last >= burst_gap_s) shift = rng.UniformDouble() * 240 - 120;
-    last = r.arrival_s;
-    if (rng.UniformDouble() >= 0.9) continue;
-    // The day repeats: what moves past its end comes back at its start, and not piled up at either.
-    double t = std::fmod(r.arrival_s + shift, period_s);
-    if (t < 0) t += period_s;
-    work.emplace_back(t, r.prompt_tokens / cap.prefill_tokens_per_s + r.output_tokens / cap.decode_tokens_per_s);
-  }
-  std::sort(work.begin(), work.end());
+  const ServingTrace day = ResampledDay(trace, period_s, burst_gap_s, rng, max_shift_s);
   std::vector<std::pair<double, double>> out;
   size_t lo = 0, hi = 0;
   double sum = 0;
-  // Samples as the replay's snapshots give them: the work of the last 10 s, every 5 s.
-  const double window = kSnapshotWindowS;
-  for (double t = 0; t < period_s; t += 5) {
-    while (hi < work.size() && work[hi].first <= t) sum += work[hi++].second;
-    while (lo < hi && work[lo].first <= t - window) sum -= work[lo++].second;
-    out.emplace_back(t, sum / window);
+  const auto work = [&](size_t i) {
+    const ServingRequest& r = day.requests[i];
+    return r.prompt_tokens / cap.prefill_tokens_per_s + r.output_tokens / cap.decode_tokens_per_s;
+  };
+  for (double t = 0; t < period_s; t += every_s) {
+    while (hi < day.requests.size() && day.requests[hi].arrival_s <= t) sum += work(hi++);
+    while (lo < hi && day.requests[lo].arrival_s <= t - kSnapshotWindowS) sum -= work(lo++);
+    out.emplace_back(t, sum / kSnapshotWindowS);
   }
   return out;
 }
@@ -156,7 +146,7 @@ Status Replay::MakePolicy() {
     auto ours = std::make_unique<fleet::SloAutoscaler>(oc);
     Rng rng(c_.seed);
     for (int d = c_.history_days; d >= 1; --d) {
-      for (const auto& [t, load] : HistoryDay(trace_, c_.model, c_.period_s, c_.history_burst_gap_s, rng)) {
+      for (const auto& [t, load] : HistoryDay(trace_, c_.model, c_.period_s, c_.history_burst_gap_s, c_.history_max_shift_s, c_.tick_s, rng)) {
         ours->ObserveHistory(t - d * c_.period_s, load, kSnapshotWindowS, c_.slo.ttft_p99_ms);
       }
     }
@@ -352,9 +342,11 @@ StatusOr<ServingRun> Replay::Run() {
     initial = c_.initial_replicas > 0
                   ? c_.initial_replicas
                   : static_cast<int>(std::ceil(OfferedLoad(trace_, c_.model, 120, 120) / 0.7));
-    // What the forecasts ask for at the start, as a controller running since before it would have.
-    if (auto* ours = dynamic_cast<fleet::SloAutoscaler*>(autoscaler_.get()); ours != nullptr && c_.predictive) {
-      initial = std::max(initial, ours->Predicted(0));
+    // What the forecasts ask for at the start, as a controller running since before it would
+    // have; a count set by the caller stands.
+    if (auto* ours = dynamic_cast<fleet::SloAutoscaler*>(autoscaler_.get());
+        ours != nullptr && c_.predictive && c_.initial_replicas <= 0) {
+      initial = std::max(initial, ours->Predicted(0, c_.arrival_curve && c_.slo.ttft_p99_ms > 0));
     }
     initial = std::clamp(std::max(initial, 1), c_.bounds.min_replicas, c_.bounds.max_replicas);
   }
@@ -479,6 +471,29 @@ StatusOr<ServingRun> Replay::Run() {
 
 }  // namespace
 
+ServingTrace ResampledDay(const ServingTrace& trace, double period_s, double burst_gap_s, Rng& rng,
+                          double max_shift_s) {
+  ServingTrace day;
+  day.name = trace.name;
+  day.block_tokens = trace.block_tokens;
+  double last = -std::numeric_limits<double>::infinity(), shift = 0;
+  for (const ServingRequest& r : trace.requests) {
+    // Each request its own shift, or one per burst: arrivals are sorted, and a burst is a run
+    // of them without a gap of burst_gap_s.
+    if (burst_gap_s <= 0 || r.arrival_s - last >= burst_gap_s) shift = (rng.UniformDouble() * 2 - 1) * max_shift_s;
+    last = r.arrival_s;
+    if (rng.UniformDouble() >= 0.9) continue;
+    // The day repeats: what moves past its end comes back at its start, not piled up at either.
+    ServingRequest moved = r;
+    moved.arrival_s = std::fmod(r.arrival_s + shift, period_s);
+    if (moved.arrival_s < 0) moved.arrival_s += period_s;
+    day.requests.push_back(std::move(moved));
+  }
+  std::stable_sort(day.requests.begin(), day.requests.end(),
+                   [](const ServingRequest& a, const ServingRequest& b) { return a.arrival_s < b.arrival_s; });
+  return day;
+}
+
 double OfferedLoad(const ServingTrace& trace, const ReplicaModel& model, double t_s, double window_s) {
   const fleet::ReplicaCapacity cap = model.Capacity();
   auto lo = std::upper_bound(trace.requests.begin(), trace.requests.end(), t_s - window_s,
@@ -511,6 +526,13 @@ StatusOr<ServingRun> RunServing(const ServingTrace& trace, const ServingConfig& 
     }
   }
   if (!(config.tick_s > 0)) return InvalidArgumentError("tick must be positive seconds, not " + std::to_string(config.tick_s));
+  if (config.policy == "ours" && config.history_days > 0 && !trace.requests.empty() &&
+      trace.requests.back().arrival_s >= config.period_s) {
+    return InvalidArgumentError(fmt::format(
+        "history days repeat a {:.0f} s period, but the trace's last request arrives at {:.0f} s: a day "
+        "of history would fold the trace onto itself; replay it without history",
+        config.period_s, trace.requests.back().arrival_s));
+  }
   Replay replay(trace, config);
   return replay.Run();
 }

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "core/status.h"
 #include "fleet/snapshot.h"
 #include "sim/serving_model.h"
@@ -48,13 +49,15 @@ struct ServingConfig {
   double node_idle_release_s = 300;  // an empty node is given back after this long
   // "ours" only: days of load history the forecaster learns before the replay. Each day is the
   // trace re-sampled (every request kept with probability 0.9, each burst — a run of arrivals
-  // without a gap of history_burst_gap_s — moved as a whole by up to +-120 s, wrapping around
+  // without a gap of history_burst_gap_s — moved as a whole by up to +-history_max_shift_s
+  // (120 s), wrapping around
   // the period; seeded), which assumes the day repeats with its bursts at about the same times;
   // 0 = no history, the forecaster starts empty. history_burst_gap_s = 0 moves every request
   // on its own, which smears a burst over 4 minutes. With history, a run starts with what the
   // forecasts ask for at t = 0 if that is more (a controller that ran before it would have).
   int history_days = 0;
   double history_burst_gap_s = 5;
+  double history_max_shift_s = 120;  // how far a day moves a burst (or request), either way
   double period_s = 3600;            // the forecaster's cycle for the replayed trace
   bool predictive = true;            // "ours": use the forecaster
   double target_utilization = 0.7;   // "ours": share of replica capacity the sizing plans to use
@@ -70,6 +73,14 @@ struct ServingConfig {
   double sample_every_s = 10;
   double drain_limit_s = 900;        // stop this long after the last arrival
 };
+
+// One day of "ours"' history (ServingConfig::history_days): `trace` with every request kept with
+// probability 0.9 and each burst — a run of arrivals without a gap of burst_gap_s (0: every
+// request alone) — moved as a whole by a uniform shift in [-max_shift_s, max_shift_s), wrapping
+// around period_s; sorted by arrival. REQUIRES: trace sorted by arrival, its arrivals in
+// [0, period_s).
+ServingTrace ResampledDay(const ServingTrace& trace, double period_s, double burst_gap_s, Rng& rng,
+                          double max_shift_s = 120);
 
 struct TimelinePoint {
   double t_s = 0;
@@ -99,7 +110,8 @@ struct ServingRun {
   std::vector<int> missed_by_minute;
 };
 
-// InvalidArgument for an unknown policy or router, or an empty trace.
+// InvalidArgument for an unknown policy or router, an empty trace, or history days with a trace
+// longer than their period.
 StatusOr<ServingRun> RunServing(const ServingTrace& trace, const ServingConfig& config);
 
 // The smallest static replica count whose TTFT-SLO attainment reaches `target` (0..1), found by

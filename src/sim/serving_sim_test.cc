@@ -243,18 +243,19 @@ TEST(ServingSimTest, ArrivalCurveSizingHoldsTheSloThroughBursts) {
   EXPECT_GE(with->slo_attainment, 0.9);
 }
 
-// An hour with three 10-second bursts (100 replica-seconds of prefill each) over a trickle. A
-// reacting fleet meets them with the one or two replicas the trickle needs. With three earlier
-// days in which each burst came within 2 minutes of its time, the forecaster has the fleet ready
-// one provisioning lead ahead; with days that moved every request on its own, the history has no
-// burst to learn.
+// An hour with three 10-second bursts (100 replica-seconds of prefill each) over a trickle (one
+// request every 8 s, so each burst is a run of its own). A reacting fleet meets them with the one
+// or two replicas the trickle needs. With three earlier days in which each burst came within 2
+// minutes of its time, the forecaster has the fleet ready one provisioning lead ahead — for the
+// burst at 150 s, before a new node could be up (190 s), by starting with it; with days that
+// moved every request on its own, the history has no burst to learn.
 TEST(ServingSimTest, BurstsLearnedFromHistoryAreMetByAFleetStartedBeforeThem) {
   ReplicaModel m;
   const int prompt = static_cast<int>(m.Capacity().prefill_tokens_per_s / 2);  // half a second
   ServingTrace t;
   t.name = "daily bursts";
-  for (double s = 0; s < 3600; s += 2) t.requests.push_back({.arrival_s = s, .prompt_tokens = prompt, .output_tokens = 1});
-  for (double b : {600.0, 1800.0, 3000.0}) {
+  for (double s = 0; s < 3600; s += 8) t.requests.push_back({.arrival_s = s, .prompt_tokens = prompt, .output_tokens = 1});
+  for (double b : {150.0, 1800.0, 3000.0}) {
     for (int i = 0; i < 200; ++i) t.requests.push_back({.arrival_s = b + i / 20.0, .prompt_tokens = prompt, .output_tokens = 1});
   }
   std::sort(t.requests.begin(), t.requests.end(),
@@ -266,15 +267,83 @@ TEST(ServingSimTest, BurstsLearnedFromHistoryAreMetByAFleetStartedBeforeThem) {
   StatusOr<ServingRun> none = RunServing(t, c);
   c.history_days = 3;
   StatusOr<ServingRun> learned = RunServing(t, c);
+  c.initial_replicas = 1;  // a count set by the caller stands: the first burst finds one replica
+  StatusOr<ServingRun> one_at_start = RunServing(t, c);
+  c.initial_replicas = 0;
   c.history_burst_gap_s = 0;
   StatusOr<ServingRun> smeared = RunServing(t, c);
-  ASSERT_TRUE(none.ok() && learned.ok() && smeared.ok());
+  ASSERT_TRUE(none.ok() && learned.ok() && one_at_start.ok() && smeared.ok());
   EXPECT_GE(learned->slo_attainment, 0.99) << learned->slo_attainment;
   EXPECT_LT(none->slo_attainment, 0.9) << none->slo_attainment;
   EXPECT_LT(smeared->slo_attainment, 0.9) << smeared->slo_attainment;
+  // The first burst's 200 requests of 708 are missed, the other two met.
+  EXPECT_LT(one_at_start->slo_attainment, learned->slo_attainment - 0.1) << one_at_start->slo_attainment;
+  EXPECT_GT(one_at_start->slo_attainment, none->slo_attainment) << one_at_start->slo_attainment;
   // Ready for the bursts, not for the hour: fewer GPU-hours than holding the burst fleet throughout.
   EXPECT_LT(learned->gpu_hours, 0.7 * learned->peak_gpus * t.span_s() / 3600)
       << learned->gpu_hours << " GPU-h, peak " << learned->peak_gpus;
+  // A day of history longer than its period would fold onto itself.
+  t.requests.push_back({.arrival_s = 3700, .prompt_tokens = prompt, .output_tokens = 1});
+  const Status folded = RunServing(t, c).status();
+  EXPECT_EQ(folded.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(folded.message().find("3600 s period"), std::string::npos) << folded.message();
+}
+
+// Each burst moves as one (its requests keep their spacing), bursts move independently, and what
+// moves past either end of the period comes back at the other instead of piling up there.
+TEST(ResampledDayTest, MovesBurstsWholeAndWrapsAroundThePeriod) {
+  // Four bursts of 50 requests 0.1 s apart, told apart by their prompt length.
+  const double starts[] = {5, 1000, 2000, 3590};
+  ServingTrace t;
+  for (int b = 0; b < 4; ++b) {
+    for (int i = 0; i < 50; ++i) t.requests.push_back({.arrival_s = starts[b] + i * 0.1, .prompt_tokens = b, .output_tokens = 1});
+  }
+  int kept = 0, wrapped_forward = 0, wrapped_back = 0, independent = 0;
+  std::vector<double> shifts_of_1000;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rng rng(seed);
+    const ServingTrace day = ResampledDay(t, 3600, /*burst_gap_s=*/5, rng);
+    kept += static_cast<int>(day.requests.size());
+    ASSERT_TRUE(std::is_sorted(day.requests.begin(), day.requests.end(),
+                               [](const ServingRequest& a, const ServingRequest& b) { return a.arrival_s < b.arrival_s; }));
+    double shift[4];
+    bool seen[4] = {false, false, false, false};
+    for (const ServingRequest& r : day.requests) {
+      ASSERT_GE(r.arrival_s, 0);
+      ASSERT_LT(r.arrival_s, 3600);
+      const int b = r.prompt_tokens;
+      // This request's move plus its offset in the burst (i x 0.1 s), unwrapped.
+      double d = r.arrival_s - starts[b];
+      if (d >= 1800) d -= 3600;
+      if (d < -1800) d += 3600;
+      if (!seen[b]) {
+        shift[b] = d;  // the first kept request's offset: shift + i0 * 0.1
+        seen[b] = true;
+      }
+      // Every request of a burst: the same shift, so offsets differ by under 5 s.
+      ASSERT_LT(std::abs(d - shift[b]), 5.0) << "seed " << seed << ", burst " << b << " was split";
+      ASSERT_GE(d, -120 - 1e-9);
+      ASSERT_LT(d, 120 + 5);
+      if (b == 3 && r.arrival_s < 200) ++wrapped_forward;
+      if (b == 0 && r.arrival_s > 3400) ++wrapped_back;
+    }
+    if (seen[1]) shifts_of_1000.push_back(shift[1]);
+    if (seen[1] && seen[2] && std::abs(shift[1] - shift[2]) > 5) ++independent;
+  }
+  EXPECT_GT(independent, 30) << "bursts of one day move independently";
+  EXPECT_NEAR(kept / (40.0 * 200), 0.9, 0.03);
+  EXPECT_GT(wrapped_forward, 0) << "the burst moved past the end comes back at the start";
+  EXPECT_GT(wrapped_back, 0) << "the burst moved before the start comes back at the end";
+  std::sort(shifts_of_1000.begin(), shifts_of_1000.end());
+  EXPECT_GT(shifts_of_1000.back() - shifts_of_1000.front(), 120) << "different days move a burst differently";
+  // With burst_gap_s = 0 each request moves alone: the burst at 1000 s spreads over minutes.
+  Rng rng(7);
+  const ServingTrace alone = ResampledDay(t, 3600, 0, rng);
+  double lo = 3600, hi = 0;
+  for (const ServingRequest& r : alone.requests) {
+    if (r.prompt_tokens == 1) lo = std::min(lo, r.arrival_s), hi = std::max(hi, r.arrival_s);
+  }
+  EXPECT_GT(hi - lo, 120);
 }
 
 TEST(ServingSimTest, BadConfig) {
