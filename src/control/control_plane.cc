@@ -1093,7 +1093,13 @@ Status ControlPlane::Cordon(const std::string& node, bool cordon, CordonBy by) {
     if (by == CordonBy::kUnneeded && !cordon && labels.value(kScaleDownLabel, "") != "true") {
       return FailedPreconditionError("Node " + node + " was cordoned, uncordoned or drained by an operator since the scale-down began");
     }
-    const bool autoscaler_cordon = cordon && (by == CordonBy::kMove || by == CordonBy::kMarked || by == CordonBy::kUnneeded);
+    const json& spec = (*cur)["spec"];
+    const bool was_cordoned = spec.is_object() && spec.value("unschedulable", false);
+    if (by == CordonBy::kPowerOff && !was_cordoned) {
+      return FailedPreconditionError("Node " + node + " was uncordoned since the scale-down began");
+    }
+    const bool autoscaler_cordon = cordon && (by == CordonBy::kMove || by == CordonBy::kMarked ||
+                                              by == CordonBy::kUnneeded || by == CordonBy::kPowerOff);
     if (autoscaler_cordon && labels.value(kDoNotDisruptLabel, "") == "true") {
       return FailedPreconditionError("Node " + node + " is labelled " + kDoNotDisruptLabel + "=true");
     }
@@ -1101,8 +1107,6 @@ Status ControlPlane::Cordon(const std::string& node, bool cordon, CordonBy by) {
     if (by == CordonBy::kOperator || (by == CordonBy::kUnneeded && !cordon)) labels.erase(kScaleDownLabel);
     if (by == CordonBy::kMove) labels[kConsolidatingLabel] = "true";
     // Only a cordon of the autoscaler's own is marked: one an operator made before stays theirs.
-    const json& spec = (*cur)["spec"];
-    const bool was_cordoned = spec.is_object() && spec.value("unschedulable", false);
     if (by == CordonBy::kUnneeded && cordon && !was_cordoned) labels[kScaleDownLabel] = "true";
     if (labels.empty()) (*cur)["metadata"].erase("labels");
     (*cur)["spec"]["unschedulable"] = cordon;

@@ -276,6 +276,7 @@ void NodeAutoscaler::Turn() {
   std::set<std::string> labelled, consolidating;  // ours; being emptied (as stored)
   std::set<std::string> keep;  // labelled do-not-disrupt by an operator
   std::set<std::string> scaled_down;  // cordoned by a scale-down of ours (aicloud/scale-down)
+  std::set<std::string> cordoned;     // spec.unschedulable, by whoever
   std::map<std::string, Room> free;      // Ready, schedulable nodes: capacity, then minus what runs there
   std::map<std::string, Room> capacity;  // Ready nodes' capacity
   for (const json& n : nodes->items) {
@@ -302,6 +303,7 @@ void NodeAutoscaler::Turn() {
     if (labels.is_object() && labels.value(kScaleDownLabel, "") == "true" && spec.is_object() &&
         spec.value("unschedulable", false)) scaled_down.insert(name);
     if (labels.is_object() && labels.value(kDoNotDisruptLabel, "") == "true") keep.insert(name);
+    if (spec.is_object() && spec.value("unschedulable", false)) cordoned.insert(name);
   }
   std::set<std::string> busy;
   std::map<std::string, std::vector<Resident>> on_node;  // the jobs with workers on each node
@@ -436,6 +438,14 @@ void NodeAutoscaler::Turn() {
           a.cordoned = false;
         }
         a.idle_since_us = 0;
+        continue;
+      }
+      if (a.cordoned && control_ != nullptr && !cordoned.count(name)) {
+        // An operator uncordoned it since the scale-down cordon: they want it. It counts as
+        // unneeded afresh from now. (Without a control plane nothing is cordoned.)
+        spdlog::info("node autoscaler: {} was uncordoned since its scale-down began; kept", name);
+        a.cordoned = false;
+        a.idle_since_us = now;
         continue;
       }
       if (a.cordoned) {
@@ -776,8 +786,9 @@ void NodeAutoscaler::Turn() {
     // while it is not labelled do-not-disrupt: an operator may have written either since this
     // turn read the Nodes. (A node lost or never registered goes regardless.)
     const bool voluntary = reason == "consolidated" || reason == "unneeded";
+    // An unneeded one also only while still cordoned: an operator may have uncordoned it.
     const ControlPlane::CordonBy by = reason == "consolidated" ? ControlPlane::CordonBy::kMarked
-                                      : reason == "unneeded"   ? ControlPlane::CordonBy::kUnneeded
+                                      : reason == "unneeded"   ? ControlPlane::CordonBy::kPowerOff
                                                                : ControlPlane::CordonBy::kAny;
     Status c = control_ != nullptr ? control_->Cordon(name, true, by)
                : voluntary && NodeLabelled(store_, name, kDoNotDisruptLabel)
@@ -793,7 +804,7 @@ void NodeAutoscaler::Turn() {
       released_.erase(name);
       Added& a = added_[name];
       a = {.powered_on_us = now, .registered = true, .abandoned = abandoned_before[name]};
-      if (reason == "unneeded") {  // the next turn sees the label and uncordons it
+      if (reason == "unneeded") {  // the next turn uncordons it (labelled) or leaves it (uncordoned)
         a.cordoned = true;
       } else if (kept && marked) {  // still a move of ours: the next turn abandons it (uncordon, unmark)
         a.consolidating_since_us = now;

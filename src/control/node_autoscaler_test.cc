@@ -973,6 +973,34 @@ TEST_F(NodeAutoscalerWithControlPlane, ARestartedServerUndoesItsPredecessorsScal
   EXPECT_TRUE(prov_.off.empty());
 }
 
+// An operator uncordons the node the autoscaler cordoned to scale down (kubectl uncordon): they
+// want it, so it is not powered off, and it counts as unneeded afresh (60 s) before the autoscaler
+// cordons it again.
+TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsUncordonStopsTheScaleDown) {
+  ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
+  ASSERT_TRUE(cp_.Cordon("auto-0", false, ControlPlane::CordonBy::kOperator).ok());
+  Turns(na_, 1);
+  EXPECT_TRUE(prov_.off.empty()) << "powered off after an operator's uncordon";
+  EXPECT_FALSE(Cordoned("auto-0"));
+  Turns(na_, 5);  // 50 s more: not unneeded for 60 s yet
+  EXPECT_FALSE(Cordoned("auto-0"));
+  EXPECT_TRUE(prov_.off.empty());
+  for (int t = 0; t < 3 && prov_.off.empty(); ++t) Turns(na_, 1);
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"}) << "unneeded again, then scaled down as before";
+}
+
+// The same uncordon landing between the turn's read of the Nodes and its power-off: the
+// power-off's own cordon (kPowerOff) finds the node uncordoned and refuses.
+TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsUncordonJustBeforeThePowerOffStopsIt) {
+  ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
+  EXPECT_EQ(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff).code(), StatusCode::kOk);
+  ASSERT_TRUE(cp_.Cordon("auto-0", false, ControlPlane::CordonBy::kOperator).ok());
+  const Status refused = cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("uncordoned since the scale-down began"), std::string::npos) << refused.message();
+  EXPECT_FALSE(Cordoned("auto-0")) << "a refused power-off cordon writes nothing";
+}
+
 TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsCordonSinceTheScaleDownStays) {
   ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
   ASSERT_TRUE(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kOperator).ok());  // kubectl cordon again
