@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <future>
 #include <optional>
 #include <set>
@@ -178,26 +179,31 @@ double Rounded(double v, int digits) {
   return std::round(v * k) / k;
 }
 
-// Mean DCGM_FI_DEV_GPU_UTIL of the GPUs allocated to a replica's worker, from its node's last
-// report; -1 when the replica holds no GPU or the node reported none of its GPUs.
-double GpuUtilization(const json& job, const json& node_metrics) {
+// Mean DCGM_FI_DEV_GPU_UTIL of the GPUs allocated to a replica's workers (each on its node, from
+// that node's last report, `report(node)`); -1 when the replica holds no GPU or no node reported
+// any of its GPUs.
+double GpuUtilization(const json& job, const std::function<const json&(const std::string&)>& report) {
   const json* status = job.contains("status") ? &job["status"] : nullptr;
   if (status == nullptr || !status->is_object() || !status->contains("workers")) return -1;
   const json& workers = (*status)["workers"];
-  if (!workers.is_array() || workers.empty() || !workers[0].is_object() || !workers[0].contains("allocation")) return -1;
-  const json& alloc = workers[0]["allocation"];
-  if (!alloc.is_object() || !alloc.contains("gpus") || !alloc["gpus"].is_array()) return -1;
-  if (!node_metrics.is_object() || !node_metrics.contains("gpus") || !node_metrics["gpus"].is_array()) return -1;
+  if (!workers.is_array()) return -1;
   double sum = 0;
   int n = 0;
-  for (const json& g : alloc["gpus"]) {
-    if (!g.is_object() || !g.contains("index")) continue;
-    for (const json& r : node_metrics["gpus"]) {
-      if (r.is_object() && r.contains("index") && r["index"] == g["index"] && r.contains("DCGM_FI_DEV_GPU_UTIL") &&
-          r["DCGM_FI_DEV_GPU_UTIL"].is_number()) {
-        sum += r["DCGM_FI_DEV_GPU_UTIL"].get<double>();
-        ++n;
-        break;
+  for (const json& w : workers) {
+    if (!w.is_object() || !w.contains("allocation") || !w.contains("node") || !w["node"].is_string()) continue;
+    const json& alloc = w["allocation"];
+    if (!alloc.is_object() || !alloc.contains("gpus") || !alloc["gpus"].is_array()) continue;
+    const json& node_metrics = report(w["node"].get<std::string>());
+    if (!node_metrics.is_object() || !node_metrics.contains("gpus") || !node_metrics["gpus"].is_array()) continue;
+    for (const json& g : alloc["gpus"]) {
+      if (!g.is_object() || !g.contains("index")) continue;
+      for (const json& r : node_metrics["gpus"]) {
+        if (r.is_object() && r.contains("index") && r["index"] == g["index"] && r.contains("DCGM_FI_DEV_GPU_UTIL") &&
+            r["DCGM_FI_DEV_GPU_UTIL"].is_number()) {
+          sum += r["DCGM_FI_DEV_GPU_UTIL"].get<double>();
+          ++n;
+          break;
+        }
       }
     }
   }
@@ -639,12 +645,13 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
   }
   if (options_.node_metrics) {  // outside mu_: the control plane's lock is held for its turns
     std::map<std::string, json> reports;  // one read per node
-    for (Replica& r : current) {
-      if (!r.ready) continue;
-      const std::string node = NodeOf(r.job);
+    const auto report = [&](const std::string& node) -> const json& {
       auto it = reports.find(node);
       if (it == reports.end()) it = reports.emplace(node, options_.node_metrics(node)).first;
-      r.minute.gpu_utilization_pct = GpuUtilization(r.job, it->second);
+      return it->second;
+    };
+    for (Replica& r : current) {
+      if (r.ready) r.minute.gpu_utilization_pct = GpuUtilization(r.job, report);
     }
   }
   int ready = 0, in_flight = 0;

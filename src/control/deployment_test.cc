@@ -433,6 +433,32 @@ TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAn
   EXPECT_EQ(bursts, 1) << st["forecast"]["peaks"].dump();
 }
 
+// A replica whose workers run on two nodes: the GPU utilization is the mean over every worker's
+// GPUs, each read from its own node's report.
+TEST_F(DeploymentControllerTest, GpuUtilizationCoversEveryWorkersGpus) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  RunAll();
+  json job = Replicas().at(0);
+  job["status"]["workers"][0]["allocation"] = {{"gpus", {{{"index", 1}, {"milli", 1000}}}}};
+  json second = job["status"]["workers"][0];
+  second["node"] = "n2";
+  second["allocation"] = {{"gpus", {{{"index", 0}, {"milli", 1000}}, {{"index", 3}, {"milli", 1000}}}}};
+  job["status"]["workers"].push_back(second);
+  ASSERT_TRUE(store_.Update(job, 0).ok());
+  node_metrics_["n1"] = {{"gpus", {{{"index", 0}, {"DCGM_FI_DEV_GPU_UTIL", 10}}, {{"index", 1}, {"DCGM_FI_DEV_GPU_UTIL", 90}}}}};
+  node_metrics_["n2"] = {{"gpus", {{{"index", 0}, {"DCGM_FI_DEV_GPU_UTIL", 30}}, {{"index", 3}, {"DCGM_FI_DEV_GPU_UTIL", 60}}}}};
+  for (int t = 0; t <= 16; ++t) {
+    RunAll({.healthy = true, .metrics = true});
+    dc_->Turn();
+    clock_.Advance(1'000'000);
+  }
+  const json st = Status();
+  ASSERT_TRUE(st.contains("observed")) << st.dump();
+  EXPECT_EQ(st["observed"]["gpuUtilizationPct"], 60) << st["observed"].dump();  // (90 + 30 + 60) / 3
+}
+
 TEST_F(DeploymentControllerTest, ScalesFromZeroOnARequestAndBackToZeroWhenIdle) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 0}, {"max", 3}}}, {"scaleToZeroSeconds", 60},
          {"autoscaler", {{"policy", "kpa"}}}});
