@@ -1095,11 +1095,15 @@ Status ControlPlane::Cordon(const std::string& node, bool cordon, CordonBy by) {
     }
     const json& spec = (*cur)["spec"];
     const bool was_cordoned = spec.is_object() && spec.value("unschedulable", false);
-    if (by == CordonBy::kPowerOff && !was_cordoned) {
+    const bool power_off = by == CordonBy::kPowerOff || by == CordonBy::kPowerOffMarked;
+    if (power_off && !was_cordoned) {
       return FailedPreconditionError("Node " + node + " was uncordoned since the scale-down began");
     }
-    const bool autoscaler_cordon = cordon && (by == CordonBy::kMove || by == CordonBy::kMarked ||
-                                              by == CordonBy::kUnneeded || by == CordonBy::kPowerOff);
+    if (by == CordonBy::kPowerOffMarked && labels.value(kScaleDownLabel, "") != "true") {
+      return FailedPreconditionError("Node " + node + " was uncordoned or cordoned by an operator since the scale-down began");
+    }
+    const bool autoscaler_cordon =
+        cordon && (by == CordonBy::kMove || by == CordonBy::kMarked || by == CordonBy::kUnneeded || power_off);
     if (autoscaler_cordon && labels.value(kDoNotDisruptLabel, "") == "true") {
       return FailedPreconditionError("Node " + node + " is labelled " + kDoNotDisruptLabel + "=true");
     }

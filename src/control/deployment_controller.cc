@@ -40,20 +40,20 @@ json ForecastStatus(const fleet::LoadForecaster& f) {
               {"binS", f.config().bin_s},
               {"learnedBins", f.learned_bins()},
               {"profile", std::move(profile)}};
-  // The burst profile (the most of step 1b's need per bin), once a burst came, and the days
-  // (periods since the epoch) each bin last saw one in.
+  // The burst profile (the most of step 1b's need per bin), once a burst came, and per bin the
+  // bursts of the last two days (periods since the epoch) that had one there: [day, need].
   if (std::any_of(f.peaks().begin(), f.peaks().end(), [](double v) { return v > 0; })) {
-    json peaks = json::array(), periods = json::array();
+    json peaks = json::array(), days = json::array();
     for (double v : f.peaks()) peaks.push_back(v < 0 ? json(nullptr) : json(std::round(v * 1e4) / 1e4));
-    for (const fleet::LoadForecaster::BurstPeriods& p : f.burst_periods()) {
-      json seen = json::array();
-      for (long long v : p) {
-        if (v != fleet::LoadForecaster::kNoPeriod) seen.push_back(v);
+    for (const fleet::LoadForecaster::BurstSightings& seen : f.burst_sightings()) {
+      json bin = json::array();
+      for (const fleet::LoadForecaster::BurstSighting& b : seen) {
+        if (b.period != fleet::LoadForecaster::kNoPeriod) bin.push_back({b.period, std::round(b.need * 1e4) / 1e4});
       }
-      periods.push_back(seen.empty() ? json(nullptr) : std::move(seen));
+      days.push_back(bin.empty() ? json(nullptr) : std::move(bin));
     }
     out["peaks"] = std::move(peaks);
-    out["burstPeriods"] = std::move(periods);
+    out["burstDays"] = std::move(days);
   }
   return out;
 }
@@ -189,6 +189,7 @@ double GpuUtilization(const json& job, const std::function<const json&(const std
   if (!workers.is_array()) return -1;
   double sum = 0;
   int n = 0;
+  std::set<std::pair<std::string, int64_t>> counted;  // (node, GPU index): a shared GPU counts once
   for (const json& w : workers) {
     if (!w.is_object() || !w.contains("allocation") || !w.contains("node") || !w["node"].is_string()) continue;
     const json& alloc = w["allocation"];
@@ -196,7 +197,8 @@ double GpuUtilization(const json& job, const std::function<const json&(const std
     const json& node_metrics = report(w["node"].get<std::string>());
     if (!node_metrics.is_object() || !node_metrics.contains("gpus") || !node_metrics["gpus"].is_array()) continue;
     for (const json& g : alloc["gpus"]) {
-      if (!g.is_object() || !g.contains("index")) continue;
+      if (!g.is_object() || !g.contains("index") || !g["index"].is_number_integer()) continue;
+      if (!counted.insert({w["node"].get<std::string>(), g["index"].get<int64_t>()}).second) continue;
       for (const json& r : node_metrics["gpus"]) {
         if (r.is_object() && r.contains("index") && r["index"] == g["index"] && r.contains("DCGM_FI_DEV_GPU_UTIL") &&
             r["DCGM_FI_DEV_GPU_UTIL"].is_number()) {
@@ -282,34 +284,44 @@ Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
       else return InvalidArgumentError(fmt::format("{}[{}] is {}, not a number or null", field, i, v.dump()));
     }
   }
-  std::vector<fleet::LoadForecaster::BurstPeriods> periods;
-  if (forecast.contains("burstPeriods")) {
-    const json& values = forecast["burstPeriods"];
+  // burstDays: per bin null or up to two [day, need] pairs, newest first.
+  std::vector<fleet::LoadForecaster::BurstSightings> sightings;
+  if (forecast.contains("burstDays")) {
+    const json& values = forecast["burstDays"];
     const size_t want = slots[0].size();
     if (!values.is_array() || values.size() != want) {
-      return InvalidArgumentError(fmt::format("status.forecast.burstPeriods is {}, not an array of {} values",
+      return InvalidArgumentError(fmt::format("status.forecast.burstDays is {}, not an array of {} values",
                                               values.is_array() ? fmt::format("an array of {}", values.size())
                                                                 : values.dump(),
                                               want));
     }
+    const auto whole = [](const json& x) {  // exact as a double, so as a long long too
+      if (!x.is_number()) return false;
+      const double d = x.get<double>();
+      return std::isfinite(d) && std::trunc(d) == d && std::abs(d) < 9e15;
+    };
     for (size_t i = 0; i < values.size(); ++i) {
       const json& v = values[i];
-      fleet::LoadForecaster::BurstPeriods p{fleet::LoadForecaster::kNoPeriod, fleet::LoadForecaster::kNoPeriod};
-      const bool ok = v.is_null() || (v.is_array() && v.size() <= 2 && std::all_of(v.begin(), v.end(), [](const json& x) {
-                                        return x.is_number_integer();
-                                      }));
-      if (!ok) {
-        return InvalidArgumentError(
-            fmt::format("status.forecast.burstPeriods[{}] is {}, not null or up to two whole numbers", i, v.dump()));
+      fleet::LoadForecaster::BurstSightings seen{};
+      bool ok = v.is_null() || (v.is_array() && v.size() <= 2);
+      for (size_t k = 0; ok && v.is_array() && k < v.size(); ++k) {
+        const json& pair = v[k];
+        ok = pair.is_array() && pair.size() == 2 && whole(pair[0]) &&
+             pair[1].is_number() && std::isfinite(pair[1].get<double>()) && pair[1].get<double>() >= 0;
+        if (ok) seen[k] = {static_cast<long long>(pair[0].get<double>()), pair[1].get<double>()};
       }
-      for (size_t k = 0; k < (v.is_array() ? v.size() : 0); ++k) p[k] = v[k].get<long long>();
-      periods.push_back(p);
+      if (!ok) {
+        return InvalidArgumentError(fmt::format(
+            "status.forecast.burstDays[{}] is {}, not null or up to two [day, need] pairs (a whole day, a need >= 0)", i,
+            v.dump()));
+      }
+      sightings.push_back(seen);
     }
   }
   // All checked above: nothing can fail now, so nothing is half restored.
   (void)f->RestoreProfile(slots[0]);
   if (!slots[1].empty()) (void)f->RestorePeaks(slots[1]);
-  if (!periods.empty()) (void)f->RestoreBurstPeriods(periods);
+  if (!sightings.empty()) (void)f->RestoreBurstSightings(sightings);
   return OkStatus();
 }
 
@@ -683,7 +695,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
           before->config().bin_s == f->config().bin_s && before->learned_bins() > 0) {
         (void)f->RestoreProfile(before->profile());  // same shape: cannot fail
         (void)f->RestorePeaks(before->peaks());
-        (void)f->RestoreBurstPeriods(before->burst_periods());
+        (void)f->RestoreBurstSightings(before->burst_sightings());
       } else if (f != nullptr && old.is_object() && old.contains("forecast")) {
         if (Status r = RestoreForecast(old["forecast"], f); !r.ok()) {
           spdlog::warn("deployment {}: the stored load profile is not used: {}", key, std::string(r.message()));

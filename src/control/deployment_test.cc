@@ -434,7 +434,8 @@ TEST_F(DeploymentControllerTest, TheEnginesRatesAndLatenciesReachTheAutoscalerAn
 }
 
 // A replica whose workers run on two nodes: the GPU utilization is the mean over every worker's
-// GPUs, each read from its own node's report.
+// GPUs, each read from its own node's report; a GPU two workers share counts once, and a node
+// that sent no report adds nothing.
 TEST_F(DeploymentControllerTest, GpuUtilizationCoversEveryWorkersGpus) {
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
   dc_->Turn();
@@ -446,6 +447,12 @@ TEST_F(DeploymentControllerTest, GpuUtilizationCoversEveryWorkersGpus) {
   second["node"] = "n2";
   second["allocation"] = {{"gpus", {{{"index", 0}, {"milli", 1000}}, {{"index", 3}, {"milli", 1000}}}}};
   job["status"]["workers"].push_back(second);
+  json sharing = second;  // a fraction of n2's GPU 0, which the second worker also uses
+  sharing["allocation"] = {{"gpus", {{{"index", 0}, {"milli", 500}}}}};
+  job["status"]["workers"].push_back(sharing);
+  json silent = second;  // on a node without a report
+  silent["node"] = "n9";
+  job["status"]["workers"].push_back(silent);
   ASSERT_TRUE(store_.Update(job, 0).ok());
   node_metrics_["n1"] = {{"gpus", {{{"index", 0}, {"DCGM_FI_DEV_GPU_UTIL", 10}}, {{"index", 1}, {"DCGM_FI_DEV_GPU_UTIL", 90}}}}};
   node_metrics_["n2"] = {{"gpus", {{{"index", 0}, {"DCGM_FI_DEV_GPU_UTIL", 30}}, {{"index", 3}, {"DCGM_FI_DEV_GPU_UTIL", 60}}}}};
@@ -456,7 +463,7 @@ TEST_F(DeploymentControllerTest, GpuUtilizationCoversEveryWorkersGpus) {
   }
   const json st = Status();
   ASSERT_TRUE(st.contains("observed")) << st.dump();
-  EXPECT_EQ(st["observed"]["gpuUtilizationPct"], 60) << st["observed"].dump();  // (90 + 30 + 60) / 3
+  EXPECT_EQ(st["observed"]["gpuUtilizationPct"], 60) << st["observed"].dump();  // (90 + 30 + 60) / 3, not 53
 }
 
 TEST_F(DeploymentControllerTest, ScalesFromZeroOnARequestAndBackToZeroWhenIdle) {
@@ -700,8 +707,9 @@ TEST_F(DeploymentControllerTest, AScaleToZeroDeploymentIsPreWarmedForARiseButNot
 }
 
 // 07:58 UTC; the stored burst profile has a burst of 3 replicas' need at 08:00-08:05 (bin 96),
-// seen on two days. With a TTFT SLO it is pre-warmed at 60%: ceil(3 / 0.6) = 5. Stored without the
-// days it came on, it is not trusted; and an edit that makes a new autoscaler keeps it.
+// seen on two days (needs 3 and 3.5). With a TTFT SLO it is pre-warmed at 60%: ceil(3 / 0.6) = 5.
+// Stored without the days it came on, it is not trusted; and an edit that makes a new autoscaler
+// keeps it. A status the controller wrote itself comes back whole (JSON round trip).
 TEST_F(DeploymentControllerTest, AStoredBurstIsPreWarmedOnceItCameOnTwoDays) {
   const double offset = 7 * 3600 + 58 * 60 - 1000;
   auto store = [&](bool with_days) {
@@ -709,10 +717,10 @@ TEST_F(DeploymentControllerTest, AStoredBurstIsPreWarmedOnceItCameOnTwoDays) {
     profile[95] = profile[96] = 0;
     peaks[95] = 0;
     peaks[96] = 3;
-    days[96] = json::array({-1, -2});
+    days[96] = json::array({json::array({-1, 3}), json::array({-2, 3.5})});
     json d = *store_.Get({"Deployment", "acme", "chat"});
     d["status"]["forecast"] = {{"periodS", 86400}, {"binS", 300}, {"learnedBins", 2}, {"profile", profile}, {"peaks", peaks}};
-    if (with_days) d["status"]["forecast"]["burstPeriods"] = days;
+    if (with_days) d["status"]["forecast"]["burstDays"] = days;
     ASSERT_TRUE(store_.Update(d, 0).ok());
     Restart(offset);
   };
@@ -725,7 +733,7 @@ TEST_F(DeploymentControllerTest, AStoredBurstIsPreWarmedOnceItCameOnTwoDays) {
   EXPECT_EQ(Status()["desiredReplicas"], 5) << Status()["lastScale"].dump();
   EXPECT_NE(Status()["lastScale"]["reason"].get<std::string>().find("burst learned"), std::string::npos)
       << Status()["lastScale"].dump();
-  EXPECT_EQ(Status()["forecast"]["burstPeriods"][96], json::array({-1, -2})) << "kept through the restart";
+  EXPECT_EQ(Status()["forecast"]["burstDays"][96], json::parse("[[-1, 3], [-2, 3.5]]")) << "kept through the restart";
 
   // The stored copy lost, an edit that makes a new autoscaler keeps the bursts it had in memory.
   json d = *store_.Get({"Deployment", "acme", "chat"});
@@ -735,7 +743,11 @@ TEST_F(DeploymentControllerTest, AStoredBurstIsPreWarmedOnceItCameOnTwoDays) {
   dc_->Turn();
   EXPECT_EQ(Status()["desiredReplicas"], 5) << Status()["lastScale"].dump();
   EXPECT_EQ(Status()["forecast"]["peaks"][96], 3) << Status()["forecast"].dump();
-  EXPECT_EQ(Status()["forecast"]["burstPeriods"][96], json::array({-1, -2}));
+  EXPECT_EQ(Status()["forecast"]["burstDays"][96], json::parse("[[-1, 3], [-2, 3.5]]"));
+  const json written = Status()["forecast"];
+  fleet::LoadForecaster back({.period_s = 86400, .bin_s = 300});
+  ASSERT_TRUE(RestoreForecast(written, &back).ok()) << written.dump();
+  EXPECT_DOUBLE_EQ(back.BurstAhead(96 * 300, 0), 3);
 }
 
 TEST_F(DeploymentControllerTest, ASpecEditKeepsWhatTheAutoscalerLearnedInMemory) {
@@ -779,18 +791,26 @@ TEST(RestoreForecast, NamesTheFieldThatDoesNotFit) {
   json short_peaks = good;
   short_peaks["peaks"] = json::array({1});
   json odd_days = with_peaks;
-  odd_days["burstPeriods"] = json(288, nullptr);
-  odd_days["burstPeriods"][4] = json::array({1, 2, 3});
+  odd_days["burstDays"] = json(288, nullptr);
+  odd_days["burstDays"][4] = json::parse("[[1, 2], [2, 3], [3, 4]]");
+  json fractional_day = with_peaks;
+  fractional_day["burstDays"] = json(288, nullptr);
+  fractional_day["burstDays"][6] = json::parse("[[1.5, 2]]");
+  json negative_need = with_peaks;
+  negative_need["burstDays"] = json(288, nullptr);
+  negative_need["burstDays"][7] = json::parse("[[20000, -1]]");
   json short_days = with_peaks;
-  short_days["burstPeriods"] = json::array();
+  short_days["burstDays"] = json::array();
   json object_peaks = good;
   object_peaks["peaks"] = json::object();
   const std::pair<json, std::string> cases[] = {
       {odd_peaks, "status.forecast.peaks[3] is \"x\", not a number or null"},
       {short_peaks, "status.forecast.peaks has 1 values, want 288 (periodS / binS)"},
       {object_peaks, "status.forecast.peaks is {}, not an array"},
-      {odd_days, "status.forecast.burstPeriods[4] is [1,2,3], not null or up to two whole numbers"},
-      {short_days, "status.forecast.burstPeriods is an array of 0, not an array of 288 values"},
+      {odd_days, "status.forecast.burstDays[4] is [[1,2],[2,3],[3,4]], not null or up to two [day, need] pairs"},
+      {fractional_day, "status.forecast.burstDays[6] is [[1.5,2]], not null or up to two [day, need] pairs"},
+      {negative_need, "status.forecast.burstDays[7] is [[20000,-1]], not null or up to two [day, need] pairs"},
+      {short_days, "status.forecast.burstDays is an array of 0, not an array of 288 values"},
       {json("x"), "status.forecast is \"x\", not an object"},
       {{{"binS", 300}, {"profile", good["profile"]}}, "status.forecast.periodS is missing"},
       {{{"periodS", "86400"}, {"binS", 300}, {"profile", good["profile"]}}, "status.forecast.periodS is \"86400\", not a number"},

@@ -688,7 +688,8 @@ void NodeAutoscaler::Turn() {
     if (u.ok()) {
       spdlog::info("node autoscaler: {}: its scale-down cordon undone", name);
     } else if (u.code() == StatusCode::kFailedPrecondition) {
-      spdlog::info("node autoscaler: {} stays cordoned: {}", name, std::string(u.message()));
+      spdlog::info("node autoscaler: {}: its scale-down cordon is no longer the autoscaler's, left as it is: {}", name,
+                   std::string(u.message()));
     } else {  // tried again next turn
       spdlog::warn("node autoscaler: uncordon {} (tried again next turn): {}", name, std::string(u.message()));
       std::lock_guard<std::mutex> l(mu_);
@@ -787,9 +788,11 @@ void NodeAutoscaler::Turn() {
     // turn read the Nodes. (A node lost or never registered goes regardless.)
     const bool voluntary = reason == "consolidated" || reason == "unneeded";
     // An unneeded one also only while still cordoned: an operator may have uncordoned it.
+    // (And, when the cordon was ours, only while it is still marked as ours.)
     const ControlPlane::CordonBy by = reason == "consolidated" ? ControlPlane::CordonBy::kMarked
-                                      : reason == "unneeded"   ? ControlPlane::CordonBy::kPowerOff
-                                                               : ControlPlane::CordonBy::kAny;
+                                      : reason != "unneeded"   ? ControlPlane::CordonBy::kAny
+                                      : scaled_down.count(name) ? ControlPlane::CordonBy::kPowerOffMarked
+                                                                : ControlPlane::CordonBy::kPowerOff;
     Status c = control_ != nullptr ? control_->Cordon(name, true, by)
                : voluntary && NodeLabelled(store_, name, kDoNotDisruptLabel)
                    ? FailedPreconditionError("Node " + name + " is labelled " + kDoNotDisruptLabel + "=true")

@@ -22,7 +22,9 @@
 //    powered off at a later turn if still no job is on it (one the scheduler bound while the
 //    cordon was being written shows up by then: the node is uncordoned and kept, unless an
 //    operator cordoned it since: the cordon is marked aicloud/scale-down as the autoscaler's, and
-//    only a marked one is undone; a restarted server finds it by the mark). One that
+//    only a marked one is undone; a restarted server finds it by the mark). It is powered off
+//    only while still cordoned (and, when the cordon was the autoscaler's, still marked): an
+//    operator's uncordon keeps it, and it counts as unneeded afresh. One that
 //    stays NotReady for `provision_timeout` after it had registered is powered off too (and its
 //    slot freed). Nodes it did not add are never touched.
 // 3. Consolidate (with `consolidate_below` > 0). A node it added whose work uses less than that

@@ -989,15 +989,41 @@ TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsUncordonStopsTheScaleDown) {
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"}) << "unneeded again, then scaled down as before";
 }
 
-// The same uncordon landing between the turn's read of the Nodes and its power-off: the
-// power-off's own cordon (kPowerOff) finds the node uncordoned and refuses.
-TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsUncordonJustBeforeThePowerOffStopsIt) {
+// The same uncordon landing between the power-off turn's read of the Nodes and its power-off:
+// the power-off's own cordon (kPowerOffMarked) finds the node uncordoned and refuses; the next
+// turns find it uncordoned and count it as unneeded afresh.
+TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsUncordonWhileThePowerOffTurnRunsStopsIt) {
   ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
-  EXPECT_EQ(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff).code(), StatusCode::kOk);
+  HookedStore hooked(&store_);
+  Metrics metrics;
+  NodeAutoscaler na{&hooked, &cp_, &clock_, &metrics, &prov_,
+                    {.max_nodes = 1, .pending_for = std::chrono::seconds(1), .unneeded_for = std::chrono::seconds(60)}};
+  hooked.hook = [&] { ASSERT_TRUE(cp_.Cordon("auto-0", false, ControlPlane::CordonBy::kOperator).ok()); };
+  Turns(na, 1);  // finds the scale-down cordon (by its mark) and goes to power the node off
+  EXPECT_TRUE(prov_.off.empty()) << "powered off after an operator's uncordon";
+  EXPECT_FALSE(Cordoned("auto-0"));
+  Turns(na, 5);
+  EXPECT_FALSE(Cordoned("auto-0")) << "not unneeded for 60 s yet";
+  for (int t = 0; t < 3 && prov_.off.empty(); ++t) Turns(na, 1);
+  EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
+}
+
+// An operator uncordons and cordons it again (work may have been bound in between): the cordon
+// is theirs now (the mark is gone), and the power-off of the autoscaler's cordon is refused.
+TEST_F(NodeAutoscalerWithControlPlane, APowerOffNeedsTheCordonToBeStillTheAutoscalers) {
+  ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
+  EXPECT_EQ(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOffMarked).code(), StatusCode::kOk);
   ASSERT_TRUE(cp_.Cordon("auto-0", false, ControlPlane::CordonBy::kOperator).ok());
-  const Status refused = cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff);
+  ASSERT_TRUE(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kOperator).ok());
+  const Status refused = cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOffMarked);
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(refused.message().find("uncordoned since the scale-down began"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("by an operator since the scale-down began"), std::string::npos) << refused.message();
+  EXPECT_EQ(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff).code(), StatusCode::kOk)
+      << "still cordoned: a node an operator cordoned before the scale-down may go";
+  ASSERT_TRUE(cp_.Cordon("auto-0", false, ControlPlane::CordonBy::kOperator).ok());
+  const Status uncordoned = cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff);
+  EXPECT_EQ(uncordoned.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(uncordoned.message().find("uncordoned since the scale-down began"), std::string::npos) << uncordoned.message();
   EXPECT_FALSE(Cordoned("auto-0")) << "a refused power-off cordon writes nothing";
 }
 

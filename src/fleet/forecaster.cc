@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace aicloud::fleet {
 
@@ -12,7 +14,7 @@ LoadForecaster::LoadForecaster(ForecasterConfig config)
   const int slots = std::max(1, static_cast<int>(std::lround(config_.period_s / config_.bin_s)));
   profile_.assign(static_cast<size_t>(slots), -1.0);
   peaks_.assign(static_cast<size_t>(slots), -1.0);
-  burst_periods_.assign(static_cast<size_t>(slots), BurstPeriods{kNoPeriod, kNoPeriod});
+  burst_sightings_.assign(static_cast<size_t>(slots), BurstSightings{});
 }
 
 int LoadForecaster::Slot(double t_s) const {
@@ -35,9 +37,10 @@ void LoadForecaster::Accumulate(OpenBin& b, std::vector<double>& slots, bool pea
       if (slot < 0) slot = v;
       else slot = peak ? std::max(v, config_.burst_decay * slot) : config_.smoothing * v + (1 - config_.smoothing) * slot;
       if (peak && v > 0) {
-        BurstPeriods& seen = burst_periods_[at];
+        BurstSightings& seen = burst_sightings_[at];
         const long long period = static_cast<long long>(std::floor(start / config_.period_s));
-        if (seen[0] != period) seen = {period, seen[0]};
+        if (seen[0].period == period) seen[0].need = std::max(seen[0].need, v);
+        else seen = {BurstSighting{period, v}, seen[0]};
       }
     }
     b = {.open = true, .bin = bin, .sum = 0, .max = 0, .count = 0};
@@ -55,30 +58,41 @@ void LoadForecaster::Observe(double t_s, double value) {
 void LoadForecaster::ObservePeak(double t_s, double value) { Accumulate(open_peak_, peaks_, /*peak=*/true, t_s, value); }
 
 double LoadForecaster::BurstAhead(double now_s, double horizon_s) const {
-  // The distinct periods in which the bursts of these bins came, up to as many as are needed.
-  const int need = std::clamp(config_.burst_min_periods, 0, kMaxBurstMinPeriods);
-  std::array<long long, kMaxBurstMinPeriods> periods;
-  int distinct = 0;
-  double best = 0;
+  double held = 0;                                     // the highest decayed burst
+  std::vector<std::pair<long long, double>> by_period;  // the most each period's bursts needed
   const auto read = [&](double t) {
     const size_t at = static_cast<size_t>(Slot(t));
-    best = std::max(best, peaks_[at]);
-    for (long long p : burst_periods_[at]) {
-      if (p == kNoPeriod || distinct >= need) continue;
-      if (std::find(periods.begin(), periods.begin() + distinct, p) == periods.begin() + distinct) periods[distinct++] = p;
+    held = std::max(held, peaks_[at]);
+    for (const BurstSighting& b : burst_sightings_[at]) {
+      if (b.period == kNoPeriod) continue;
+      auto it = std::find_if(by_period.begin(), by_period.end(), [&](const auto& p) { return p.first == b.period; });
+      if (it == by_period.end()) by_period.emplace_back(b.period, b.need);
+      else it->second = std::max(it->second, b.need);
     }
   };
   for (double h = 0; h < horizon_s; h += config_.bin_s) read(now_s + h);
   read(now_s + horizon_s);
-  return distinct >= need ? best : 0;
+  if (config_.burst_min_periods <= 1) return held;
+  if (by_period.size() < 2) return 0;
+  // The second largest: what came on two periods at least.
+  std::partial_sort(by_period.begin(), by_period.begin() + 2, by_period.end(),
+                    [](const auto& a, const auto& b) { return a.second > b.second; });
+  return std::min(held, by_period[1].second);
 }
 
-Status LoadForecaster::RestoreBurstPeriods(const std::vector<BurstPeriods>& periods) {
-  if (periods.size() != burst_periods_.size()) {
-    return InvalidArgumentError("burst periods have " + std::to_string(periods.size()) + " bins, want " +
-                                std::to_string(burst_periods_.size()) + " (period / bin)");
+Status LoadForecaster::RestoreBurstSightings(const std::vector<BurstSightings>& sightings) {
+  if (sightings.size() != burst_sightings_.size()) {
+    return InvalidArgumentError("burst sightings have " + std::to_string(sightings.size()) + " bins, want " +
+                                std::to_string(burst_sightings_.size()) + " (period / bin)");
   }
-  burst_periods_ = periods;
+  for (size_t i = 0; i < sightings.size(); ++i) {
+    for (const BurstSighting& b : sightings[i]) {
+      if (!std::isfinite(b.need) || b.need < 0) {
+        return InvalidArgumentError("burst sightings bin " + std::to_string(i) + ": need is not a finite number >= 0");
+      }
+    }
+  }
+  burst_sightings_ = sightings;
   return OkStatus();
 }
 

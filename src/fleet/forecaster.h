@@ -11,9 +11,10 @@
 //             it (a burst's need at the SLO's timescale, which a bin's mean dilutes), held
 //             across periods with decay: max(newest, burst_decay x before). It is not shifted by
 //             today's level: a burst a minute long says nothing about the minutes around it.
-//             BurstAhead reads it, and trusts it only when the bursts in the bins it reads came
-//             in at least `burst_min_periods` different periods: a one-off (a load test) is not
-//             pre-warmed for the next day.
+//             BurstAhead reads it, and with burst_min_periods = 2 trusts only what came on two
+//             different periods (days) in the bins it reads: per bin the last two periods' bursts
+//             are kept, and the size asked for is the second largest of the per-period maxima.
+//             A one-off (a load test) alone is not pre-warmed for the next day.
 //   trend     the slope between the older and newer halves of the last `trend_window_s` of
 //             observations, rises only,
 //             extrapolated at most `trend_horizon_s` ahead and capped at `max_trend_ratio` x
@@ -44,10 +45,8 @@ struct ForecasterConfig {
   double trend_horizon_s = 60;
   double max_trend_ratio = 1.5;
   double burst_decay = 0.5;    // a burst bin's weight after a period without a larger burst
-  int burst_min_periods = 2;   // BurstAhead: periods a burst must have come in to be trusted (<= 8)
+  int burst_min_periods = 2;   // BurstAhead: 1 = any burst, 2 = seen on two periods (0 acts as 1, >2 as 2)
 };
-
-inline constexpr int kMaxBurstMinPeriods = 8;
 
 class LoadForecaster {
  public:
@@ -73,21 +72,28 @@ class LoadForecaster {
   // The burst profile: `value` > 0 at a burst, 0 otherwise. REQUIRES: t_s does not decrease
   // between calls.
   void ObservePeak(double t_s, double value);
-  // Highest learned burst over the bins of [now_s, now_s + horizon_s]; 0 when none is learned,
-  // or when the bursts in those bins came in fewer than burst_min_periods periods.
+  // The burst to plan for over the bins of [now_s, now_s + horizon_s]: with burst_min_periods
+  // = 1 the highest learned (decayed) one; with 2 the second largest of the per-period maxima
+  // of the bursts those bins saw on their last two periods with one, capped by the highest
+  // decayed one (so that bursts that stopped coming fade); 0 when nothing qualifies.
   double BurstAhead(double now_s, double horizon_s) const;
   double PeakProfile(double t_s) const { return peaks_[static_cast<size_t>(Slot(t_s))]; }
   const std::vector<double>& peaks() const { return peaks_; }
   int learned_peak_bins() const;
   // As RestoreProfile, for the burst profile.
   Status RestorePeaks(const std::vector<double>& peaks);
-  // Per bin, the last two periods (floor(t / period_s), newest first; kNoPeriod: none) in which
-  // a burst came in it, to be stored with peaks(). INVALID_ARGUMENT (nothing changed) for
-  // another size; a restore without them trusts no burst until it comes again.
-  using BurstPeriods = std::array<long long, 2>;
+  // Per bin, the bursts of the last two periods (floor(t / period_s)) that had one there, newest
+  // first, to be stored with peaks(). Restore: INVALID_ARGUMENT (nothing changed) for another
+  // size or a need that is negative or not finite. A restore without them trusts no burst until
+  // bursts have come there again on burst_min_periods more periods.
   static constexpr long long kNoPeriod = std::numeric_limits<long long>::min();
-  const std::vector<BurstPeriods>& burst_periods() const { return burst_periods_; }
-  Status RestoreBurstPeriods(const std::vector<BurstPeriods>& periods);
+  struct BurstSighting {
+    long long period = kNoPeriod;
+    double need = 0;
+  };
+  using BurstSightings = std::array<BurstSighting, 2>;
+  const std::vector<BurstSightings>& burst_sightings() const { return burst_sightings_; }
+  Status RestoreBurstSightings(const std::vector<BurstSightings>& sightings);
   double Level(double now_s) const { return recent_.Mean(now_s, config_.level_window_s); }
   const ForecasterConfig& config() const { return config_; }
 
@@ -108,7 +114,7 @@ class LoadForecaster {
   ForecasterConfig config_;
   std::vector<double> profile_;  // per slot; < 0 = not learned
   std::vector<double> peaks_;    // per slot; < 0 = not learned
-  std::vector<BurstPeriods> burst_periods_;  // per slot
+  std::vector<BurstSightings> burst_sightings_;  // per slot
   OpenBin open_, open_peak_;
   SampleWindow recent_;
 };

@@ -119,10 +119,11 @@ TEST(LoadForecasterTest, BurstAheadReadsTheBinsOfTheHorizonOnly) {
 
   LoadForecaster restored(once);
   ASSERT_TRUE(restored.RestorePeaks(f.peaks()).ok());
-  EXPECT_DOUBLE_EQ(restored.BurstAhead(0, 300), 0) << "restored without the periods it came in: not trusted";
-  ASSERT_TRUE(restored.RestoreBurstPeriods(f.burst_periods()).ok());
-  EXPECT_DOUBLE_EQ(restored.BurstAhead(0, 300), 10);
-  EXPECT_EQ(restored.RestoreBurstPeriods({}).code(), StatusCode::kInvalidArgument);
+  EXPECT_DOUBLE_EQ(restored.BurstAhead(0, 300), 10);  // burst_min_periods 1: the profile alone
+  EXPECT_EQ(restored.RestoreBurstSightings({}).code(), StatusCode::kInvalidArgument);
+  std::vector<LoadForecaster::BurstSightings> bad(60);
+  bad[3][0] = {.period = 1, .need = std::nan("")};
+  EXPECT_EQ(restored.RestoreBurstSightings(bad).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(restored.learned_bins(), 0);
   EXPECT_EQ(restored.RestorePeaks(std::vector<double>(61, 1.0)).code(), StatusCode::kInvalidArgument);
   std::vector<double> inf(60, 0.0);
@@ -134,7 +135,8 @@ TEST(LoadForecasterTest, BurstAheadReadsTheBinsOfTheHorizonOnly) {
 }
 
 // By default a burst is trusted once bursts came in the bins read on two different periods
-// (days): at about the same time, not necessarily in the same bin.
+// (days): at about the same time, not necessarily in the same bin; and its size is what came on
+// two periods, not the largest one-off among them.
 TEST(LoadForecasterTest, ABurstIsTrustedOnceItCameOnTwoPeriods) {
   LoadForecaster f(Hourly());
   f.ObservePeak(600, 9);  // period 0, bin 10
@@ -146,11 +148,48 @@ TEST(LoadForecasterTest, ABurstIsTrustedOnceItCameOnTwoPeriods) {
   f.ObservePeak(3600 + 660, 7);  // period 1, bin 11
   EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 540, 300), 0) << "bin 11 of period 1 is still open";
   f.ObservePeak(3600 + 720, 0);
-  EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 540, 300), 9);  // periods 0 and 1: the largest
+  // Period 0's most (9) and period 1's (7): what came on two periods is 7.
+  EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 540, 300), 7);
   EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 660, 0), 0) << "bin 11 alone: one period";
-  EXPECT_EQ(f.burst_periods()[11][0], 1);
-  EXPECT_EQ(f.burst_periods()[11][1], LoadForecaster::kNoPeriod);
-  EXPECT_EQ(f.burst_periods()[10][0], 0);
+  EXPECT_EQ(f.burst_sightings()[11][0].period, 1);
+  EXPECT_DOUBLE_EQ(f.burst_sightings()[11][0].need, 7);
+  EXPECT_EQ(f.burst_sightings()[11][1].period, LoadForecaster::kNoPeriod);
+  // Restored: the profile alone is not trusted; with the sightings, as before.
+  LoadForecaster restored(Hourly());
+  ASSERT_TRUE(restored.RestorePeaks(f.peaks()).ok());
+  EXPECT_DOUBLE_EQ(restored.BurstAhead(3600 + 540, 300), 0);
+  ASSERT_TRUE(restored.RestoreBurstSightings(f.burst_sightings()).ok());
+  EXPECT_DOUBLE_EQ(restored.BurstAhead(3600 + 540, 300), 7);
+
+  // A burst of 3 on periods 2 and 3 next to a one-off of 50 on period 3: 3 is what recurred.
+  LoadForecaster g(Hourly());
+  for (int p = 2; p <= 3; ++p) {
+    g.ObservePeak(p * 3600 + 600, 3);  // bin 10
+    g.ObservePeak(p * 3600 + 660, p == 3 ? 50 : 0);  // bin 11
+    g.ObservePeak(p * 3600 + 720, 0);
+  }
+  EXPECT_DOUBLE_EQ(g.BurstAhead(4 * 3600 + 540, 300), 3);
+  // The same with burst_min_periods = 1: the largest learned, one-off or not.
+  ForecasterConfig any = Hourly();
+  any.burst_min_periods = 1;
+  LoadForecaster h(any);
+  for (int p = 2; p <= 3; ++p) {
+    h.ObservePeak(p * 3600 + 600, 3);
+    h.ObservePeak(p * 3600 + 660, p == 3 ? 50 : 0);
+    h.ObservePeak(p * 3600 + 720, 0);
+  }
+  EXPECT_DOUBLE_EQ(h.BurstAhead(4 * 3600 + 540, 300), 50);
+}
+
+// What came on two periods and then stopped fades with the decay of the profile it is capped by.
+TEST(LoadForecasterTest, ATrustedBurstThatStopsComingFades) {
+  LoadForecaster f(Hourly());
+  for (int p = 0; p < 6; ++p) {
+    for (double t = 0; t < 3600; t += 60) f.ObservePeak(p * 3600 + t, p < 2 && t == 600 ? 8 : 0);
+  }
+  f.ObservePeak(6 * 3600, 0);
+  // Periods 0 and 1 saw 8; periods 2..5 did not: 8 x 0.5^4.
+  EXPECT_DOUBLE_EQ(f.BurstAhead(6 * 3600 + 540, 120), 0.5);
 }
 
 TEST(LoadForecasterTest, TrendCatchesARiseButNotAFall) {

@@ -526,7 +526,12 @@ StatusOr<ServingRun> RunServing(const ServingTrace& trace, const ServingConfig& 
     }
   }
   if (!(config.tick_s > 0)) return InvalidArgumentError("tick must be positive seconds, not " + std::to_string(config.tick_s));
-  if (config.policy == "ours" && config.history_days > 0 && !trace.requests.empty() &&
+  if (config.policy == "ours" && config.predictive && config.history_days > 0 && !trace.requests.empty() &&
+      trace.requests.front().arrival_s < 0) {
+    return InvalidArgumentError(fmt::format("history days need arrivals at 0 s or later; the trace's first is at {:.3f} s",
+                                            trace.requests.front().arrival_s));
+  }
+  if (config.policy == "ours" && config.predictive && config.history_days > 0 && !trace.requests.empty() &&
       trace.requests.back().arrival_s >= config.period_s) {
     return InvalidArgumentError(fmt::format(
         "history days repeat a {:.0f} s period, but the trace's last request arrives at {:.0f} s: a day "

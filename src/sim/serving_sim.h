@@ -42,6 +42,7 @@ struct ServingConfig {
   double max_concurrency = 0;
   int static_replicas = 4;           // policy "static"
   int initial_replicas = 0;          // autoscaled runs; 0 = what the first 2 minutes need at 70%
+                                     // (ours with history: or what its forecasts ask for at t = 0)
   fleet::ScaleBounds bounds{1, 200};
   double provision_delay_s = 180;    // a new GPU node (GCE: "usually 3 to 4 minutes")
   int warm_pool = 2;                 // nodes kept provisioned and idle
@@ -53,8 +54,9 @@ struct ServingConfig {
   // (120 s), wrapping around
   // the period; seeded), which assumes the day repeats with its bursts at about the same times;
   // 0 = no history, the forecaster starts empty. history_burst_gap_s = 0 moves every request
-  // on its own, which smears a burst over 4 minutes. With history, a run starts with what the
-  // forecasts ask for at t = 0 if that is more (a controller that ran before it would have).
+  // on its own, which smears a burst over 4 minutes. With history and initial_replicas = 0, a
+  // run starts with what the forecasts ask for at t = 0 if that is more (a controller that ran
+  // before it would have).
   int history_days = 0;
   double history_burst_gap_s = 5;
   double history_max_shift_s = 120;  // how far a day moves a burst (or request), either way
