@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "control/deployment_controller.h"
 #include "control/manifest.h"
 #include "http/client.h"
 
@@ -352,7 +353,18 @@ int Describe(const ClientFlags& f, const std::string& what, const std::string& n
   if (k == nullptr) return Fail(InvalidArgumentError("unknown resource type \"" + what + "\""));
   StatusOr<json> r = Call(*c, "GET", Path(*k, c->tenant, name));
   if (!r.ok()) return Fail(r.status());
-  std::cout << ToYaml(*r);
+  // A Deployment's learned profile is hundreds of numbers: summarized below instead (`aicloud get
+  // deployment NAME -o yaml` shows them).
+  std::string forecast;
+  if (k->kind == "Deployment" && r->contains("status") && (*r)["status"].is_object() &&
+      (*r)["status"].contains("forecast")) {
+    json& fc = (*r)["status"]["forecast"];
+    forecast = control::DescribeForecast(fc);
+    for (const char* key : {"profile", "peaks", "burstDays"}) {
+      if (fc.is_object()) fc.erase(key);
+    }
+  }
+  std::cout << ToYaml(*r) << forecast;
   if (k->tenant_scoped && !c->tenant.empty()) {
     StatusOr<json> ev = Call(*c, "GET", "/api/v1/tenants/" + c->tenant + "/events");
     if (ev.ok()) {

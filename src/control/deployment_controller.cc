@@ -1,6 +1,7 @@
 #include "control/deployment_controller.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -323,6 +324,64 @@ Status RestoreForecast(const json& forecast, fleet::LoadForecaster* f) {
   if (!slots[1].empty()) (void)f->RestorePeaks(slots[1]);
   if (!sightings.empty()) (void)f->RestoreBurstSightings(sightings);
   return OkStatus();
+}
+
+namespace {
+
+// "HH:MM" of an offset into a day (a daily period), else "+Ns".
+std::string BinLabel(double start_s, double period_s) {
+  if (period_s != 86400) return fmt::format("+{:.0f}s", start_s);
+  const int minutes = static_cast<int>(start_s / 60);
+  return fmt::format("{:02d}:{:02d}", minutes / 60, minutes % 60);
+}
+
+// A day counted from 1970-01-01 (UTC) as a date; another period as its index.
+std::string DayLabel(long long day, double period_s) {
+  if (period_s != 86400) return fmt::format("period {}", day);
+  const std::chrono::year_month_day ymd{std::chrono::sys_days{std::chrono::days{day}}};
+  return fmt::format("{:04d}-{:02d}-{:02d}", static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
+                     static_cast<unsigned>(ymd.day()));
+}
+
+}  // namespace
+
+std::string DescribeForecast(const json& forecast) {
+  if (!forecast.is_object() || !forecast.contains("profile") || !forecast["profile"].is_array()) return "";
+  const double period = forecast.value("periodS", 0.0), bin = forecast.value("binS", 0.0);
+  if (!(period > 0) || !(bin > 0)) return "";
+  const json& profile = forecast["profile"];
+  std::vector<std::pair<double, size_t>> learned;  // (load, bin)
+  for (size_t i = 0; i < profile.size(); ++i) {
+    if (profile[i].is_number()) learned.emplace_back(profile[i].get<double>(), i);
+  }
+  std::string out = fmt::format("Forecast: {} of {} bins of {:.0f} s learned{}\n", learned.size(), profile.size(), bin,
+                                period == 86400 ? " (UTC times of day)" : "");
+  if (learned.empty()) return out;
+  std::stable_sort(learned.begin(), learned.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string busiest;
+  for (size_t k = 0; k < learned.size() && k < 5; ++k) {
+    busiest += fmt::format("{}{} {:.2f}", k ? ", " : "", BinLabel(learned[k].second * bin, period), learned[k].first);
+  }
+  out += "  busiest: " + busiest + " replicas of load\n";
+  const json peaks = forecast.value("peaks", json::array());
+  const json days = forecast.value("burstDays", json::array());
+  int bursts = 0;
+  for (size_t i = 0; i < peaks.size(); ++i) {
+    if (!peaks[i].is_number() || peaks[i].get<double>() <= 0) continue;
+    std::string seen;
+    if (i < days.size() && days[i].is_array()) {
+      for (const json& d : days[i]) {
+        if (!d.is_array() || d.size() != 2 || !d[0].is_number() || !d[1].is_number()) continue;
+        seen += fmt::format("; {}: {:.2f}", DayLabel(static_cast<long long>(d[0].get<double>()), period),
+                            d[1].get<double>());
+      }
+    }
+    out += fmt::format("  burst: {} {:.2f} replicas of need{}\n", BinLabel(i * bin, period), peaks[i].get<double>(),
+                       seen.empty() ? std::string("; days not known (not trusted until seen again)") : seen);
+    ++bursts;
+  }
+  if (bursts == 0) out += "  bursts: none learned\n";
+  return out;
 }
 
 ReplicaProbe ParseEngineMetrics(std::string_view text) {

@@ -85,10 +85,18 @@ using Prober = std::function<ReplicaProbe(const std::string& base_url)>;
 Prober HttpProber(std::chrono::milliseconds timeout);
 
 // Gives a new autoscaler's forecaster the profile kept in a Deployment's status.forecast
-// ({periodS, binS, learnedBins, profile}). INVALID_ARGUMENT naming the field when it does not
-// fit the forecaster (another period or bin, a value that is not a number or null); then nothing
-// is restored.
+// ({periodS, binS, learnedBins, profile, and once a burst came peaks and burstDays}).
+// INVALID_ARGUMENT naming the field when it does not fit the forecaster (another period or bin, a
+// value that is not a number or null); then nothing is restored.
 Status RestoreForecast(const nlohmann::json& forecast, fleet::LoadForecaster* forecaster);
+
+// status.forecast for people (`aicloud describe deployment`): how much of the period is learned,
+// the busiest learned bins, and each bin's learned bursts with the days they came on, e.g.
+//   Forecast: 2 of 288 bins of 300 s learned (UTC times of day)
+//     busiest: 08:00 3.00, 07:55 0.00 replicas of load
+//     burst: 08:00 3.00 replicas of need; 2026-11-28: 3.50; 2026-11-27: 3.00
+// "" when there is no profile to describe.
+std::string DescribeForecast(const nlohmann::json& forecast);
 
 // Reads the three gauges, the token counters and the TTFT and inter-token histograms from a
 // Prometheus text page (summed over labels; absent ones are 0 or empty) and the model_name label

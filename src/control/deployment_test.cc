@@ -832,6 +832,39 @@ TEST(RestoreForecast, NamesTheFieldThatDoesNotFit) {
   }
 }
 
+TEST(DescribeForecast, SummarizesTheLearnedBinsAndBursts) {
+  json forecast = {{"periodS", 86400}, {"binS", 300}, {"learnedBins", 3}, {"profile", json(288, nullptr)}};
+  forecast["profile"][95] = 0;
+  forecast["profile"][96] = 3;
+  forecast["profile"][100] = 1.25;
+  EXPECT_EQ(DescribeForecast(forecast),
+            "Forecast: 3 of 288 bins of 300 s learned (UTC times of day)\n"
+            "  busiest: 08:00 3.00, 08:20 1.25, 07:55 0.00 replicas of load\n"
+            "  bursts: none learned\n");
+  forecast["peaks"] = json(288, nullptr);
+  forecast["peaks"][96] = 4.5;
+  forecast["peaks"][120] = 2;
+  forecast["burstDays"] = json(288, nullptr);
+  forecast["burstDays"][96] = json::parse("[[20420, 4.5], [20419, 3]]");  // 2025-11-28, 2025-11-27
+  EXPECT_EQ(DescribeForecast(forecast),
+            "Forecast: 3 of 288 bins of 300 s learned (UTC times of day)\n"
+            "  busiest: 08:00 3.00, 08:20 1.25, 07:55 0.00 replicas of load\n"
+            "  burst: 08:00 4.50 replicas of need; 2025-11-28: 4.50; 2025-11-27: 3.00\n"
+            "  burst: 10:00 2.00 replicas of need; days not known (not trusted until seen again)\n");
+  EXPECT_EQ(DescribeForecast(json::object()), "");
+  EXPECT_EQ(DescribeForecast({{"periodS", 0}, {"binS", 300}, {"profile", json::array()}}), "");
+  // Another period: offsets and period numbers.
+  json hourly = {{"periodS", 3600}, {"binS", 60}, {"profile", json(60, nullptr)}, {"peaks", json(60, nullptr)},
+                 {"burstDays", json(60, nullptr)}};
+  hourly["profile"][3] = 2;
+  hourly["peaks"][3] = 9;
+  hourly["burstDays"][3] = json::parse("[[-1, 9]]");
+  EXPECT_EQ(DescribeForecast(hourly),
+            "Forecast: 1 of 60 bins of 60 s learned\n"
+            "  busiest: +180s 2.00 replicas of load\n"
+            "  burst: +180s 9.00 replicas of need; period -1: 9.00\n");
+}
+
 TEST_F(DeploymentControllerTest, AStoredProfileThatDoesNotFitIsIgnored) {
   Restart(0);
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 3}}}});
