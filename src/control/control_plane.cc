@@ -1095,12 +1095,23 @@ Status ControlPlane::Cordon(const std::string& node, bool cordon, CordonBy by) {
     }
     const json& spec = (*cur)["spec"];
     const bool was_cordoned = spec.is_object() && spec.value("unschedulable", false);
-    const bool power_off = by == CordonBy::kPowerOff || by == CordonBy::kPowerOffMarked;
+    const bool power_off = by == CordonBy::kPowerOff;
     if (power_off && !was_cordoned) {
       return FailedPreconditionError("Node " + node + " was uncordoned since the scale-down began");
     }
-    if (by == CordonBy::kPowerOffMarked && labels.value(kScaleDownLabel, "") != "true") {
-      return FailedPreconditionError("Node " + node + " was uncordoned or cordoned by an operator since the scale-down began");
+    if (power_off) {
+      // Cordoned, so nothing new is bound to it from here; but work bound while an operator had
+      // it uncordoned may be there.
+      std::lock_guard<std::mutex> l(mu_);
+      ApplyStoreChanges();
+      if (Node* n = FindNode(node); n != nullptr) {
+        for (const std::string& a : n->attempts) {
+          const Job* j = JobOfAttempt(a);
+          if (j != nullptr && !Terminal(j->phase) && j->phase != "Pending") {
+            return FailedPreconditionError("Node " + node + " has work bound to it since the scale-down began");
+          }
+        }
+      }
     }
     const bool autoscaler_cordon =
         cordon && (by == CordonBy::kMove || by == CordonBy::kMarked || by == CordonBy::kUnneeded || power_off);

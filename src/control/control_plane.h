@@ -108,13 +108,11 @@ class ControlPlane {
                 // (aicloud/scale-down); with cordon = false, undoes that cordon only while the
                 // mark is there, else FAILED_PRECONDITION (an operator cordoned it since)
     kPowerOff,  // the autoscaler about to power off a node it scales down: cordon = true only
-                // while the node is still cordoned, else FAILED_PRECONDITION (an operator
-                // uncordoned it since: they want it)
-    kPowerOffMarked,  // the same for a node whose cordon was the autoscaler's (aicloud/scale-down):
-                      // also only while that mark is there (an operator's uncordon and cordon
-                      // again in between, with work bound meanwhile, drops it)
+                // while the node is still cordoned (else an operator uncordoned it since: they
+                // want it) and no running or scheduled work is bound to it (bound while it was
+                // uncordoned), else FAILED_PRECONDITION
   };
-  // The autoscaler's cordons (kMove, kMarked with cordon = true, kUnneeded, kPowerOff*) are refused with
+  // The autoscaler's cordons (kMove, kMarked with cordon = true, kUnneeded, kPowerOff) are refused with
   // FAILED_PRECONDITION while the Node is labelled aicloud/do-not-disrupt=true; its uncordons and
   // an operator's writes are not.
   Status Cordon(const std::string& node, bool cordon, CordonBy by = CordonBy::kAny);

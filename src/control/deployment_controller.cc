@@ -347,8 +347,11 @@ std::string DayLabel(long long day, double period_s) {
 
 std::string DescribeForecast(const json& forecast) {
   if (!forecast.is_object() || !forecast.contains("profile") || !forecast["profile"].is_array()) return "";
-  const double period = forecast.value("periodS", 0.0), bin = forecast.value("binS", 0.0);
-  if (!(period > 0) || !(bin > 0)) return "";
+  const auto number = [&](const char* key) {
+    return forecast.contains(key) && forecast[key].is_number() ? forecast[key].get<double>() : 0.0;
+  };
+  const double period = number("periodS"), bin = number("binS");
+  if (!(period > 0) || !(bin > 0) || !std::isfinite(period) || !std::isfinite(bin)) return "";
   const json& profile = forecast["profile"];
   std::vector<std::pair<double, size_t>> learned;  // (load, bin)
   for (size_t i = 0; i < profile.size(); ++i) {
@@ -359,28 +362,34 @@ std::string DescribeForecast(const json& forecast) {
   if (learned.empty()) return out;
   std::stable_sort(learned.begin(), learned.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string busiest;
-  for (size_t k = 0; k < learned.size() && k < 5; ++k) {
+  for (size_t k = 0; k < learned.size() && k < 5 && learned[k].first >= 0.005; ++k) {
     busiest += fmt::format("{}{} {:.2f}", k ? ", " : "", BinLabel(learned[k].second * bin, period), learned[k].first);
   }
-  out += "  busiest: " + busiest + " replicas of load\n";
-  const json peaks = forecast.value("peaks", json::array());
-  const json days = forecast.value("burstDays", json::array());
-  int bursts = 0;
+  out += busiest.empty() ? "  busiest: no load learned\n" : "  busiest: " + busiest + " replicas of load\n";
+  const json empty = json::array();
+  const json& peaks = forecast.contains("peaks") && forecast["peaks"].is_array() ? forecast["peaks"] : empty;
+  const json& days = forecast.contains("burstDays") && forecast["burstDays"].is_array() ? forecast["burstDays"] : empty;
+  std::vector<std::pair<double, size_t>> bursts;  // (need, bin), the largest first, at most 10
   for (size_t i = 0; i < peaks.size(); ++i) {
-    if (!peaks[i].is_number() || peaks[i].get<double>() <= 0) continue;
+    if (peaks[i].is_number() && peaks[i].get<double>() >= 0.005) bursts.emplace_back(peaks[i].get<double>(), i);
+  }
+  std::stable_sort(bursts.begin(), bursts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (bursts.empty()) out += "  bursts: none learned\n";
+  for (size_t k = 0; k < bursts.size() && k < 10; ++k) {
+    const size_t i = bursts[k].second;
     std::string seen;
     if (i < days.size() && days[i].is_array()) {
       for (const json& d : days[i]) {
         if (!d.is_array() || d.size() != 2 || !d[0].is_number() || !d[1].is_number()) continue;
-        seen += fmt::format("; {}: {:.2f}", DayLabel(static_cast<long long>(d[0].get<double>()), period),
-                            d[1].get<double>());
+        const double day = d[0].get<double>();
+        if (!std::isfinite(day) || std::abs(day) >= 9e15 || std::trunc(day) != day) continue;
+        seen += fmt::format("; {}: {:.2f}", DayLabel(static_cast<long long>(day), period), d[1].get<double>());
       }
     }
-    out += fmt::format("  burst: {} {:.2f} replicas of need{}\n", BinLabel(i * bin, period), peaks[i].get<double>(),
-                       seen.empty() ? std::string("; days not known (not trusted until seen again)") : seen);
-    ++bursts;
+    out += fmt::format("  burst: {} {:.2f} replicas of need{}\n", BinLabel(i * bin, period), bursts[k].first,
+                       seen.empty() ? std::string("; days not known (trusted once it has come on two more days)") : seen);
   }
-  if (bursts == 0) out += "  bursts: none learned\n";
+  if (bursts.size() > 10) out += fmt::format("  ... and {} smaller bursts\n", bursts.size() - 10);
   return out;
 }
 

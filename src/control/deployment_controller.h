@@ -91,9 +91,10 @@ Prober HttpProber(std::chrono::milliseconds timeout);
 Status RestoreForecast(const nlohmann::json& forecast, fleet::LoadForecaster* forecaster);
 
 // status.forecast for people (`aicloud describe deployment`): how much of the period is learned,
-// the busiest learned bins, and each bin's learned bursts with the days they came on, e.g.
+// the five busiest learned bins, and the ten largest learned bursts with the days they came on,
+// e.g.
 //   Forecast: 2 of 288 bins of 300 s learned (UTC times of day)
-//     busiest: 08:00 3.00, 07:55 0.00 replicas of load
+//     busiest: 08:00 3.00, 08:20 1.25 replicas of load
 //     burst: 08:00 3.00 replicas of need; 2026-11-28: 3.50; 2026-11-27: 3.00
 // "" when there is no profile to describe.
 std::string DescribeForecast(const nlohmann::json& forecast);

@@ -839,7 +839,7 @@ TEST(DescribeForecast, SummarizesTheLearnedBinsAndBursts) {
   forecast["profile"][100] = 1.25;
   EXPECT_EQ(DescribeForecast(forecast),
             "Forecast: 3 of 288 bins of 300 s learned (UTC times of day)\n"
-            "  busiest: 08:00 3.00, 08:20 1.25, 07:55 0.00 replicas of load\n"
+            "  busiest: 08:00 3.00, 08:20 1.25 replicas of load\n"
             "  bursts: none learned\n");
   forecast["peaks"] = json(288, nullptr);
   forecast["peaks"][96] = 4.5;
@@ -848,11 +848,20 @@ TEST(DescribeForecast, SummarizesTheLearnedBinsAndBursts) {
   forecast["burstDays"][96] = json::parse("[[20420, 4.5], [20419, 3]]");  // 2025-11-28, 2025-11-27
   EXPECT_EQ(DescribeForecast(forecast),
             "Forecast: 3 of 288 bins of 300 s learned (UTC times of day)\n"
-            "  busiest: 08:00 3.00, 08:20 1.25, 07:55 0.00 replicas of load\n"
+            "  busiest: 08:00 3.00, 08:20 1.25 replicas of load\n"
             "  burst: 08:00 4.50 replicas of need; 2025-11-28: 4.50; 2025-11-27: 3.00\n"
-            "  burst: 10:00 2.00 replicas of need; days not known (not trusted until seen again)\n");
+            "  burst: 10:00 2.00 replicas of need; days not known (trusted once it has come on two more days)\n");
   EXPECT_EQ(DescribeForecast(json::object()), "");
   EXPECT_EQ(DescribeForecast({{"periodS", 0}, {"binS", 300}, {"profile", json::array()}}), "");
+  // What a hand-edited status may hold does not throw.
+  EXPECT_EQ(DescribeForecast({{"periodS", "day"}, {"binS", 300}, {"profile", json::array()}}), "");
+  json odd = forecast;
+  odd["peaks"] = "x";
+  odd["burstDays"] = json(288, json::parse("[[1e300, 1]]"));
+  EXPECT_EQ(DescribeForecast(odd),
+            "Forecast: 3 of 288 bins of 300 s learned (UTC times of day)\n"
+            "  busiest: 08:00 3.00, 08:20 1.25 replicas of load\n"
+            "  bursts: none learned\n");
   // Another period: offsets and period numbers.
   json hourly = {{"periodS", 3600}, {"binS", 60}, {"profile", json(60, nullptr)}, {"peaks", json(60, nullptr)},
                  {"burstDays", json(60, nullptr)}};

@@ -787,12 +787,11 @@ void NodeAutoscaler::Turn() {
     // while it is not labelled do-not-disrupt: an operator may have written either since this
     // turn read the Nodes. (A node lost or never registered goes regardless.)
     const bool voluntary = reason == "consolidated" || reason == "unneeded";
-    // An unneeded one also only while still cordoned: an operator may have uncordoned it.
-    // (And, when the cordon was ours, only while it is still marked as ours.)
+    // An unneeded one also only while still cordoned and without work bound to it: an operator
+    // may have uncordoned it, and the scheduler placed work there meanwhile.
     const ControlPlane::CordonBy by = reason == "consolidated" ? ControlPlane::CordonBy::kMarked
-                                      : reason != "unneeded"   ? ControlPlane::CordonBy::kAny
-                                      : scaled_down.count(name) ? ControlPlane::CordonBy::kPowerOffMarked
-                                                                : ControlPlane::CordonBy::kPowerOff;
+                                      : reason == "unneeded"   ? ControlPlane::CordonBy::kPowerOff
+                                                               : ControlPlane::CordonBy::kAny;
     Status c = control_ != nullptr ? control_->Cordon(name, true, by)
                : voluntary && NodeLabelled(store_, name, kDoNotDisruptLabel)
                    ? FailedPreconditionError("Node " + name + " is labelled " + kDoNotDisruptLabel + "=true")
@@ -807,7 +806,7 @@ void NodeAutoscaler::Turn() {
       released_.erase(name);
       Added& a = added_[name];
       a = {.powered_on_us = now, .registered = true, .abandoned = abandoned_before[name]};
-      if (reason == "unneeded") {  // the next turn uncordons it (labelled) or leaves it (uncordoned)
+      if (reason == "unneeded") {  // the next turn: uncordons it (labelled, or busy) or leaves it (uncordoned)
         a.cordoned = true;
       } else if (kept && marked) {  // still a move of ours: the next turn abandons it (uncordon, unmark)
         a.consolidating_since_us = now;

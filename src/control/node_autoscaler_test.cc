@@ -990,7 +990,7 @@ TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsUncordonStopsTheScaleDown) {
 }
 
 // The same uncordon landing between the power-off turn's read of the Nodes and its power-off:
-// the power-off's own cordon (kPowerOffMarked) finds the node uncordoned and refuses; the next
+// the power-off's own cordon (kPowerOff) finds the node uncordoned and refuses; the next
 // turns find it uncordoned and count it as unneeded afresh.
 TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsUncordonWhileThePowerOffTurnRunsStopsIt) {
   ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
@@ -1008,18 +1008,18 @@ TEST_F(NodeAutoscalerWithControlPlane, AnOperatorsUncordonWhileThePowerOffTurnRu
   EXPECT_EQ(prov_.off, std::vector<std::string>{"auto-0"});
 }
 
-// An operator uncordons and cordons it again (work may have been bound in between): the cordon
-// is theirs now (the mark is gone), and the power-off of the autoscaler's cordon is refused.
-TEST_F(NodeAutoscalerWithControlPlane, APowerOffNeedsTheCordonToBeStillTheAutoscalers) {
-  ASSERT_NO_FATAL_FAILURE(EmptyAddedNodeUntilCordoned());
-  EXPECT_EQ(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOffMarked).code(), StatusCode::kOk);
-  ASSERT_TRUE(cp_.Cordon("auto-0", false, ControlPlane::CordonBy::kOperator).ok());
+// A node is powered off only while it is cordoned and no running work is bound to it: work the
+// scheduler placed while an operator had it uncordoned stops the power-off even if the operator
+// cordoned it again.
+TEST_F(NodeAutoscalerWithControlPlane, APowerOffIsRefusedWhileWorkIsBoundToTheNode) {
+  ASSERT_NO_FATAL_FAILURE(MovableJobOnAnAddedNode("j", {{"count", 1}}));
   ASSERT_TRUE(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kOperator).ok());
-  const Status refused = cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOffMarked);
-  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(refused.message().find("by an operator since the scale-down began"), std::string::npos) << refused.message();
-  EXPECT_EQ(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff).code(), StatusCode::kOk)
-      << "still cordoned: a node an operator cordoned before the scale-down may go";
+  const Status busy = cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff);
+  EXPECT_EQ(busy.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(busy.message().find("has work bound to it"), std::string::npos) << busy.message();
+  Report("auto-0", "Succeeded");
+  Heartbeat();
+  EXPECT_EQ(cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff).code(), StatusCode::kOk);
   ASSERT_TRUE(cp_.Cordon("auto-0", false, ControlPlane::CordonBy::kOperator).ok());
   const Status uncordoned = cp_.Cordon("auto-0", true, ControlPlane::CordonBy::kPowerOff);
   EXPECT_EQ(uncordoned.code(), StatusCode::kFailedPrecondition);

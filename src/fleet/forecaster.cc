@@ -58,16 +58,26 @@ void LoadForecaster::Observe(double t_s, double value) {
 void LoadForecaster::ObservePeak(double t_s, double value) { Accumulate(open_peak_, peaks_, /*peak=*/true, t_s, value); }
 
 double LoadForecaster::BurstAhead(double now_s, double horizon_s) const {
-  double held = 0;                                     // the highest decayed burst
-  std::vector<std::pair<long long, double>> by_period;  // the most each period's bursts needed
+  double held = 0;  // the highest decayed burst
+  std::vector<std::pair<long long, double>>& by_period = scratch_;  // (lag, the most its bursts needed)
+  by_period.clear();
+  // Sightings are told apart by how many periods before the time read they came (their lag),
+  // not by their period: one burst across a period's end (midnight) is one day's, not two. A
+  // sighting counts fully while it is one of the last two periods' (lag 1 or 2), then loses
+  // burst_decay a period, as the profile does: old sightings in one bin and a recent one-off in
+  // another do not make a large burst trusted.
   const auto read = [&](double t) {
     const size_t at = static_cast<size_t>(Slot(t));
     held = std::max(held, peaks_[at]);
+    const long long here = static_cast<long long>(std::floor(t / config_.period_s));
     for (const BurstSighting& b : burst_sightings_[at]) {
       if (b.period == kNoPeriod) continue;
-      auto it = std::find_if(by_period.begin(), by_period.end(), [&](const auto& p) { return p.first == b.period; });
-      if (it == by_period.end()) by_period.emplace_back(b.period, b.need);
-      else it->second = std::max(it->second, b.need);
+      const long long lag = here - b.period;
+      double need = b.need;
+      for (long long age = std::clamp<long long>(lag - 2, 0, 64); age > 0; --age) need *= config_.burst_decay;
+      auto it = std::find_if(by_period.begin(), by_period.end(), [&](const auto& p) { return p.first == lag; });
+      if (it == by_period.end()) by_period.emplace_back(lag, need);
+      else it->second = std::max(it->second, need);
     }
   };
   for (double h = 0; h < horizon_s; h += config_.bin_s) read(now_s + h);
@@ -90,6 +100,11 @@ Status LoadForecaster::RestoreBurstSightings(const std::vector<BurstSightings>& 
       if (!std::isfinite(b.need) || b.need < 0) {
         return InvalidArgumentError("burst sightings bin " + std::to_string(i) + ": need is not a finite number >= 0");
       }
+    }
+    const BurstSighting& newer = sightings[i][0];
+    const BurstSighting& older = sightings[i][1];
+    if (older.period != kNoPeriod && (newer.period == kNoPeriod || newer.period <= older.period)) {
+      return InvalidArgumentError("burst sightings bin " + std::to_string(i) + ": not two different periods, newest first");
     }
   }
   burst_sightings_ = sightings;

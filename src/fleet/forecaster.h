@@ -29,6 +29,7 @@
 
 #include <array>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -115,6 +116,7 @@ class LoadForecaster {
   std::vector<double> profile_;  // per slot; < 0 = not learned
   std::vector<double> peaks_;    // per slot; < 0 = not learned
   std::vector<BurstSightings> burst_sightings_;  // per slot
+  mutable std::vector<std::pair<long long, double>> scratch_;  // BurstAhead's, kept for its capacity
   OpenBin open_, open_peak_;
   SampleWindow recent_;
 };

@@ -181,15 +181,56 @@ TEST(LoadForecasterTest, ABurstIsTrustedOnceItCameOnTwoPeriods) {
   EXPECT_DOUBLE_EQ(h.BurstAhead(4 * 3600 + 540, 300), 50);
 }
 
-// What came on two periods and then stopped fades with the decay of the profile it is capped by.
+// What came on two periods and then stopped fades: the profile loses half a period, and so do
+// the sightings once they are older than the last two periods.
 TEST(LoadForecasterTest, ATrustedBurstThatStopsComingFades) {
   LoadForecaster f(Hourly());
   for (int p = 0; p < 6; ++p) {
     for (double t = 0; t < 3600; t += 60) f.ObservePeak(p * 3600 + t, p < 2 && t == 600 ? 8 : 0);
   }
   f.ObservePeak(6 * 3600, 0);
-  // Periods 0 and 1 saw 8; periods 2..5 did not: 8 x 0.5^4.
+  EXPECT_DOUBLE_EQ(f.PeakProfile(600), 0.5);  // 8 x 0.5^4: periods 2..5 without it
+  // In period 6 the sightings of periods 1 and 0 count 8 x 0.5^3 and 8 x 0.5^4: the second, 0.5.
   EXPECT_DOUBLE_EQ(f.BurstAhead(6 * 3600 + 540, 120), 0.5);
+  // The day after the second sighting both count fully.
+  LoadForecaster g(Hourly());
+  for (int p = 0; p < 2; ++p) {
+    for (double t = 0; t < 3600; t += 60) g.ObservePeak(p * 3600 + t, t == 600 ? 8 : 0);
+  }
+  g.ObservePeak(2 * 3600, 0);
+  EXPECT_DOUBLE_EQ(g.BurstAhead(2 * 3600 + 540, 120), 8);
+}
+
+// One burst across the end of a period (midnight) came on one day, not two.
+TEST(LoadForecasterTest, ABurstAcrossThePeriodsEndIsOneDays) {
+  LoadForecaster f(Hourly());
+  f.ObservePeak(3590, 20);  // period 0, bin 59
+  f.ObservePeak(3600, 20);  // period 1, bin 0: the same burst
+  f.ObservePeak(3660, 0);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(3600 + 3540, 120), 0);
+  // The next day it comes again: now it came on two.
+  f.ObservePeak(2 * 3600 - 10, 18);
+  f.ObservePeak(2 * 3600, 18);
+  f.ObservePeak(2 * 3600 + 60, 0);
+  EXPECT_DOUBLE_EQ(f.BurstAhead(2 * 3600 + 3540, 120), 18);
+  // Sightings restored out of order are refused.
+  std::vector<LoadForecaster::BurstSightings> swapped = f.burst_sightings();
+  std::swap(swapped[0][0], swapped[0][1]);
+  EXPECT_EQ(f.RestoreBurstSightings(swapped).code(), StatusCode::kInvalidArgument);
+}
+
+// Old sightings in one bin and a recent one-off in the next do not make a large burst trusted.
+TEST(LoadForecasterTest, OldSightingsAndARecentOneOffAreNotABurst) {
+  LoadForecaster f(Hourly());
+  for (int p = 0; p < 10; ++p) {
+    for (double t = 0; t < 3600; t += 60) {
+      const double need = (p < 2 && t == 600) ? 40 : (p == 9 && t == 660) ? 30 : 0;
+      f.ObservePeak(p * 3600 + t, need);
+    }
+  }
+  f.ObservePeak(10 * 3600, 0);
+  // Bin 10: 40 on periods 0 and 1 (counting 40 x 0.5^7 and 0.5^8 by period 10); bin 11: 30 once.
+  EXPECT_LT(f.BurstAhead(10 * 3600 + 540, 180), 0.5);
 }
 
 TEST(LoadForecasterTest, TrendCatchesARiseButNotAFall) {

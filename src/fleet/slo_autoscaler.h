@@ -28,14 +28,16 @@
 //   3. predict the LoadForecaster's highest forecast over the next `lead_s` (provisioning delay
 //              + cold start), divided by the target utilization: replicas are asked for one lead
 //              time before a learned rise. A forecast under `forecast_activation` asks for none.
-//              With a TTFT SLO, also the highest learned burst (step 1c's need, the most of each
-//              bin, held across periods with decay; trusted once bursts came there on
-//              `forecast.burst_min_periods` (2) different days) over the bins of the next
-//              `lead_s` + `burst_early_s`, at `burst_utilization`: replicas are ready when a burst that
-//              came at about this time of day comes again, which no reaction can be (Azure code:
-//              1.1M prompt tokens in the minute after two silent ones). A burst may come
-//              `burst_early_s` before the time it was learned at, and its work arrives within
-//              seconds that the 10 s counters average, so it is planned with more headroom.
+//              With a TTFT SLO, also the learned bursts (step 1c's need, the most of each bin,
+//              held across periods with decay, and per bin the bursts of the last two periods
+//              that had one): over the bins of the next `lead_s` + `burst_early_s`, what came
+//              on `forecast.burst_min_periods` (2) different days — the second largest of the
+//              per-day maxima, capped by the decayed profile — at `burst_utilization`: replicas
+//              are ready when a burst that came at about this time of day comes again, which no
+//              reaction can be (Azure code: 1.1M prompt tokens in the minute after two silent
+//              ones). A burst may come `burst_early_s` before the time it was learned at, and its
+//              work arrives within seconds that the 10 s counters average, so it is planned with
+//              more headroom.
 //   4. down    the highest recommendation of the last `scale_down_window_s` (HPA-style
 //              stabilization, shorter than HPA's 300 s because 3 covers rises), no move inside a
 //              10% band, at most halving per tick (AIBrix's max-scale-down-rate 2).

@@ -407,7 +407,7 @@ StatusOr<ServingRun> Replay::Run() {
   out.policy = c_.policy;
   out.router = c_.router;
   out.trace = trace_.name;
-  out.history_days = c_.policy == "ours" ? c_.history_days : 0;
+  out.history_days = c_.policy == "ours" && c_.predictive ? c_.history_days : 0;
   out.static_replicas = c_.policy == "static" ? c_.static_replicas : 0;
   out.requests = static_cast<int64_t>(trace_.requests.size());
   out.slo_ttft_ms = c_.slo.ttft_p99_ms;

@@ -282,6 +282,12 @@ TEST(ServingSimTest, BurstsLearnedFromHistoryAreMetByAFleetStartedBeforeThem) {
   // Ready for the bursts, not for the hour: fewer GPU-hours than holding the burst fleet throughout.
   EXPECT_LT(learned->gpu_hours, 0.7 * learned->peak_gpus * t.span_s() / 3600)
       << learned->gpu_hours << " GPU-h, peak " << learned->peak_gpus;
+  // Arrivals before 0 s have no place in a day of history.
+  ServingTrace early = t;
+  early.requests.front().arrival_s = -5;
+  const Status negative = RunServing(early, c).status();
+  EXPECT_EQ(negative.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(negative.message().find("at 0 s or later"), std::string::npos) << negative.message();
   // A day of history longer than its period would fold onto itself.
   t.requests.push_back({.arrival_s = 3700, .prompt_tokens = prompt, .output_tokens = 1});
   const Status folded = RunServing(t, c).status();
