@@ -59,6 +59,7 @@ struct AutoscaleOptions : CommonOptions {
   double utilization = 0.7;
   double history_burst_gap = 5;
   double history_shift = 120;
+  std::string history_trace;
 };
 
 struct RoutingOptions : CommonOptions {
@@ -119,6 +120,13 @@ int RunAutoscale(const AutoscaleOptions& o) {
   base.bounds = {o.min_replicas, o.max_replicas};
   base.seed = o.seed;
   base.history_days = o.history_days;
+  std::optional<sim::ServingTrace> history;
+  if (!o.history_trace.empty()) {
+    StatusOr<sim::ServingTrace> h = LoadTrace(o.history_trace);
+    if (!h.ok()) return Fail(Status(h.status().code(), "--history-trace: " + std::string(h.status().message())), 2);
+    history = std::move(*h);
+    base.history_trace = &*history;
+  }
   // HPA, KPA and AIBrix aim at a per-replica concurrency: profile it on the static baseline, as
   // an operator would load-test a replica before setting the target.
   std::optional<sim::ServingRun> baseline;
@@ -259,6 +267,9 @@ void AddSimulateServing(CLI::App& simulate, int* exit_code) {
                  "ours: a burst learned from history is served at this share of a replica's capacity")
       ->check(CLI::Range(0.05, 1.0))
       ->capture_default_str();
+  as->add_option("--history-trace", a->history_trace,
+                 "History days: re-sampled from this trace (conv | code | a file) instead of the replayed one, to "
+                 "see what history that does not repeat costs");
   as->add_option("--history-shift", a->history_shift,
                  "History days: the most seconds a burst (or request) moves either way from its time")
       ->check(CLI::NonNegativeNumber)

@@ -146,7 +146,8 @@ Status Replay::MakePolicy() {
     auto ours = std::make_unique<fleet::SloAutoscaler>(oc);
     Rng rng(c_.seed);
     for (int d = c_.history_days; d >= 1; --d) {
-      for (const auto& [t, load] : HistoryDay(trace_, c_.model, c_.period_s, c_.history_burst_gap_s, c_.history_max_shift_s, c_.tick_s, rng)) {
+      for (const auto& [t, load] : HistoryDay(c_.history_trace != nullptr ? *c_.history_trace : trace_, c_.model, c_.period_s,
+                                                    c_.history_burst_gap_s, c_.history_max_shift_s, c_.tick_s, rng)) {
         ours->ObserveHistory(t - d * c_.period_s, load, kSnapshotWindowS, c_.slo.ttft_p99_ms);
       }
     }
@@ -526,17 +527,18 @@ StatusOr<ServingRun> RunServing(const ServingTrace& trace, const ServingConfig& 
     }
   }
   if (!(config.tick_s > 0)) return InvalidArgumentError("tick must be positive seconds, not " + std::to_string(config.tick_s));
-  if (config.policy == "ours" && config.predictive && config.history_days > 0 && !trace.requests.empty() &&
-      trace.requests.front().arrival_s < 0) {
+  const ServingTrace& history = config.history_trace != nullptr ? *config.history_trace : trace;
+  if (config.policy == "ours" && config.predictive && config.history_days > 0 && !history.requests.empty() &&
+      history.requests.front().arrival_s < 0) {
     return InvalidArgumentError(fmt::format("history days need arrivals at 0 s or later; the trace's first is at {:.3f} s",
-                                            trace.requests.front().arrival_s));
+                                            history.requests.front().arrival_s));
   }
-  if (config.policy == "ours" && config.predictive && config.history_days > 0 && !trace.requests.empty() &&
-      trace.requests.back().arrival_s >= config.period_s) {
+  if (config.policy == "ours" && config.predictive && config.history_days > 0 && !history.requests.empty() &&
+      history.requests.back().arrival_s >= config.period_s) {
     return InvalidArgumentError(fmt::format(
         "history days repeat a {:.0f} s period, but the trace's last request arrives at {:.0f} s: a day "
         "of history would fold the trace onto itself; replay it without history",
-        config.period_s, trace.requests.back().arrival_s));
+        config.period_s, history.requests.back().arrival_s));
   }
   Replay replay(trace, config);
   return replay.Run();

@@ -58,6 +58,9 @@ struct ServingConfig {
   // run starts with what the forecasts ask for at t = 0 if that is more (a controller that ran
   // before it would have).
   int history_days = 0;
+  // The trace the history days are re-sampled from; nullptr = the replayed one. Another trace
+  // shows what history that does not repeat costs (bursts learned that do not come).
+  const ServingTrace* history_trace = nullptr;
   double history_burst_gap_s = 5;
   double history_max_shift_s = 120;  // how far a day moves a burst (or request), either way
   double period_s = 3600;            // the forecaster's cycle for the replayed trace

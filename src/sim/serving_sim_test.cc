@@ -282,6 +282,23 @@ TEST(ServingSimTest, BurstsLearnedFromHistoryAreMetByAFleetStartedBeforeThem) {
   // Ready for the bursts, not for the hour: fewer GPU-hours than holding the burst fleet throughout.
   EXPECT_LT(learned->gpu_hours, 0.7 * learned->peak_gpus * t.span_s() / 3600)
       << learned->gpu_hours << " GPU-h, peak " << learned->peak_gpus;
+  // History from another trace: the bursts it learned do not come to a day of trickle, and the
+  // replicas pre-warmed for them cost GPU-hours for nothing.
+  ServingTrace trickle;
+  trickle.name = "trickle";
+  for (const ServingRequest& r : t.requests) {
+    if (std::fmod(r.arrival_s, 8) == 0) trickle.requests.push_back(r);
+  }
+  ServingConfig other = c;
+  other.history_burst_gap_s = 5;
+  other.history_trace = &t;
+  StatusOr<ServingRun> misled = RunServing(trickle, other);
+  other.history_days = 0;
+  other.history_trace = nullptr;
+  StatusOr<ServingRun> plain = RunServing(trickle, other);
+  ASSERT_TRUE(misled.ok() && plain.ok());
+  EXPECT_GT(misled->gpu_hours, 2 * plain->gpu_hours) << misled->gpu_hours << " vs " << plain->gpu_hours;
+  EXPECT_GE(plain->slo_attainment, 0.99);
   // Arrivals before 0 s have no place in a day of history.
   ServingTrace early = t;
   early.requests.front().arrival_s = -5;
