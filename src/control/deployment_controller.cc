@@ -761,9 +761,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
       const json old = deployment.value("status", json::object());
       if (f != nullptr && before != nullptr && before->config().period_s == f->config().period_s &&
           before->config().bin_s == f->config().bin_s && before->learned_bins() > 0) {
-        (void)f->RestoreProfile(before->profile());  // same shape: cannot fail
-        (void)f->RestorePeaks(before->peaks());
-        (void)f->RestoreBurstSightings(before->burst_sightings());
+        *f = *before;  // the same shape: all of it, the bins still open included
       } else if (f != nullptr && old.is_object() && old.contains("forecast")) {
         if (Status r = RestoreForecast(old["forecast"], f); !r.ok()) {
           spdlog::warn("deployment {}: the stored load profile is not used: {}", key, std::string(r.message()));

@@ -763,9 +763,21 @@ TEST_F(DeploymentControllerTest, ASpecEditKeepsWhatTheAutoscalerLearnedInMemory)
   json d = *store_.Get({"Deployment", "acme", "chat"});
   d["status"].erase("forecast");
   ASSERT_TRUE(store_.Update(d, 0).ok());
+  const size_t open_bin = static_cast<size_t>(clock_.NowMicros() / 1'000'000 / 300 % 288);
   Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 4}}}, {"profile", "latency"}});
   dc_->Turn();
   EXPECT_EQ(Status()["forecast"]["learnedBins"], 2) << Status()["forecast"].dump();
+  // The bin open at the edit keeps what it had seen before it (busy), though idle since.
+  for (int t = 0; t <= 300; t += 5) {
+    RunAll({.healthy = true, .running = 0});
+    dc_->Turn();
+    clock_.Advance(5'000'000);
+  }
+  const json profile = Status()["forecast"]["profile"];
+  ASSERT_TRUE(profile[open_bin].is_number()) << Status()["forecast"].dump();
+  // 21 busy samples (3 replicas of load) of the bin's 60 came before the edit: ~1.08. Only the
+  // samples since the edit would give ~0.08.
+  EXPECT_GT(profile[open_bin].get<double>(), 0.5) << "bin " << open_bin;
 }
 
 TEST(RestoreForecast, NamesTheFieldThatDoesNotFit) {
