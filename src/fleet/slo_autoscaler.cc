@@ -54,7 +54,7 @@ int SloAutoscaler::Predicted(double now_s, bool with_bursts, std::string* why) c
   const double ahead = forecaster_.PeakAhead(now_s, config_.lead_s);
   const double burst = with_bursts ? forecaster_.BurstAhead(now_s, config_.lead_s + config_.burst_early_s) : 0;
   const int by_load = replicas(ahead, u), by_burst = replicas(burst, burst_u);
-  if (why != nullptr) {
+  if (why != nullptr) {  // formatted only when asked: Recommend asks only when it is the answer
     *why = by_burst > by_load ? fmt::format("ours: a burst learned within {:.0f} s needs {:.2f} replicas at {:.0f}% -> {}",
                                             config_.lead_s + config_.burst_early_s, burst, burst_u * 100, by_burst)
                               : fmt::format("ours: forecast {:.2f} replicas of load within {:.0f} s -> {}", ahead,
@@ -159,12 +159,11 @@ ScaleDecision SloAutoscaler::Recommend(const DeploymentSnapshot& s) {
   // 3. Look ahead one provisioning lead.
   bool by_forecast = false;
   if (config_.predictive) {
-    std::string said;
-    const int predicted = Predicted(now, curve_on, &said);
+    const int predicted = Predicted(now, curve_on);
     if (predicted > rec) {
       rec = predicted;
       by_forecast = true;
-      why = said;
+      (void)Predicted(now, curve_on, &why);
     }
   }
 
