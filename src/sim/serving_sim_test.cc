@@ -4,9 +4,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace aicloud::sim {
 namespace {
+
+// A trickle of one `prompt`-token request every `every_s` for `seconds`, plus a burst of `n`
+// such requests `spacing_s` apart at each of `bursts`; sorted by arrival.
+ServingTrace TrickleAndBursts(int prompt, double seconds, double every_s, const std::vector<double>& bursts, int n,
+                              double spacing_s) {
+  ServingTrace t;
+  t.name = "bursts";
+  for (double s = 0; s < seconds; s += every_s) t.requests.push_back({.arrival_s = s, .prompt_tokens = prompt, .output_tokens = 1});
+  for (double b : bursts) {
+    for (int i = 0; i < n; ++i) t.requests.push_back({.arrival_s = b + i * spacing_s, .prompt_tokens = prompt, .output_tokens = 1});
+  }
+  std::sort(t.requests.begin(), t.requests.end(),
+            [](const ServingRequest& a, const ServingRequest& b) { return a.arrival_s < b.arrival_s; });
+  return t;
+}
 
 ServingTrace Steady(double rps, double seconds, int prompt, int output) {
   ServingTrace t;
@@ -223,14 +239,9 @@ TEST(ServingSimTest, ArrivalCurveSizingHoldsTheSloThroughBursts) {
   // shorter than a replica's lead time: the 30 s mean sees a third of it.
   ReplicaModel m;
   const int prompt = static_cast<int>(m.Capacity().prefill_tokens_per_s / 2);  // half a second
-  ServingTrace t;
-  t.name = "bursts";
-  for (double s = 0; s < 1800; s += 1) t.requests.push_back({.arrival_s = s, .prompt_tokens = prompt, .output_tokens = 1});
-  for (double b = 150; b < 1800; b += 150) {
-    for (int i = 0; i < 120; ++i) t.requests.push_back({.arrival_s = b + i / 12.0, .prompt_tokens = prompt, .output_tokens = 1});
-  }
-  std::sort(t.requests.begin(), t.requests.end(),
-            [](const ServingRequest& a, const ServingRequest& b) { return a.arrival_s < b.arrival_s; });
+  std::vector<double> every_150_s;
+  for (double b = 150; b < 1800; b += 150) every_150_s.push_back(b);
+  const ServingTrace t = TrickleAndBursts(prompt, 1800, 1, every_150_s, 120, 1 / 12.0);
   ServingConfig c;
   c.policy = "ours";
   c.slo.ttft_p99_ms = 5000;
@@ -252,14 +263,7 @@ TEST(ServingSimTest, ArrivalCurveSizingHoldsTheSloThroughBursts) {
 TEST(ServingSimTest, BurstsLearnedFromHistoryAreMetByAFleetStartedBeforeThem) {
   ReplicaModel m;
   const int prompt = static_cast<int>(m.Capacity().prefill_tokens_per_s / 2);  // half a second
-  ServingTrace t;
-  t.name = "daily bursts";
-  for (double s = 0; s < 3600; s += 8) t.requests.push_back({.arrival_s = s, .prompt_tokens = prompt, .output_tokens = 1});
-  for (double b : {150.0, 1800.0, 3000.0}) {
-    for (int i = 0; i < 200; ++i) t.requests.push_back({.arrival_s = b + i / 20.0, .prompt_tokens = prompt, .output_tokens = 1});
-  }
-  std::sort(t.requests.begin(), t.requests.end(),
-            [](const ServingRequest& a, const ServingRequest& b) { return a.arrival_s < b.arrival_s; });
+  ServingTrace t = TrickleAndBursts(prompt, 3600, 8, {150, 1800, 3000}, 200, 1 / 20.0);
   ServingConfig c;
   c.policy = "ours";
   c.slo.ttft_p99_ms = 5000;
