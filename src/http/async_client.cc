@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "http/asio.h"
+#include "http/whole_message.h"
 #include "http/wire.h"
 
 // Shape: each exchange is one coroutine on the strand of its connection (a pooled connection
@@ -346,9 +347,7 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
 class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
  public:
   explicit PooledExchange(std::shared_ptr<Exchange> x)
-      : x_(std::move(x)), conn_(std::move(x_->conn)), ex_(conn_->stream.get_executor()) {
-    NewParser();
-  }
+      : x_(std::move(x)), conn_(std::move(x_->conn)), ex_(conn_->stream.get_executor()) {}
 
   void Start() {
     if (x_->cancelled) {
@@ -400,6 +399,18 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     if (conn_->timed_out) return Fail(asio::error::timed_out);
     beast::flat_buffer& buf = conn_->buffer;
     buf.commit(n);
+    if (!ec && !parser_) {
+      // The first bytes of the answer: a whole simply framed answer is taken at once (see
+      // whole_message.h); anything else is Beast's parser's, from the same bytes.
+      bool keep = false;
+      const auto* data = static_cast<const char*>(buf.data().data());
+      const size_t used = ReadWholeResponse({data, buf.size()}, x_->method == "HEAD", &response_, &keep);
+      if (used > 0) {
+        buf.consume(used);
+        got_bytes_ = true;
+        return Finish(keep);
+      }
+    }
     if (ec == asio::error::eof) {
       // Parse what came, then let the parser decide whether the close ended the message.
       // (put_eof requires that some bytes came: on a fresh parser it would report a message.)
@@ -417,6 +428,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   // Feeds the buffered bytes to the parser; false with `ec` on a malformed response. An interim
   // (1xx) response is skipped: the final one follows on the same connection.
   bool Parse(error_code& ec) {
+    if (!parser_) NewParser();
     beast::flat_buffer& buf = conn_->buffer;
     while (buf.size() > 0 && !parser_->is_done()) {
       const size_t used = parser_->put(buf.data(), ec);
@@ -446,8 +458,9 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     x_->active = nullptr;
     AsyncResult result;
     result.reused = true;
+    const int status = parser_ ? parser_->status() : response_.status;  // Beast's, or read whole
     result.response = std::move(response_);
-    result.response.status = parser_->status();
+    result.response.status = status;
     if (keep && conn_->buffer.size() == 0) {
       x_->pool->Put(x_->upstream, std::move(conn_), x_->max_idle);
     } else {
@@ -463,7 +476,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     x_->active = nullptr;
     error_code ignored;
     conn_->stream.socket().close(ignored);
-    if (!timed_out && !x_->cancelled && !got_bytes_ && !parser_->got_some()) {
+    if (!timed_out && !x_->cancelled && !got_bytes_ && !(parser_ && parser_->got_some())) {
       // A kept-alive connection the upstream closed meanwhile: once more on a new one.
       x_->conn.reset();
       asio::co_spawn(ex_, Run(std::move(x_)), asio::detached);
@@ -471,7 +484,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
     }
     AsyncResult result;
     result.reused = true;
-    if (parser_->is_header_done()) {
+    if (parser_ && parser_->is_header_done()) {
       result.response = std::move(response_);
       result.response.status = parser_->status();
     }
@@ -496,7 +509,7 @@ class PooledExchange : public std::enable_shared_from_this<PooledExchange> {
   std::shared_ptr<Conn> conn_;  // until Finish hands it back to the pool
   asio::any_io_executor ex_;     // the connection's
   ClientResponse response_;  // what parser_ read so far
-  std::optional<ResponseReader> parser_;
+  std::optional<ResponseReader> parser_;  // made when the answer is not read whole
   bool head_seen_ = false;  // the final response's head arrived (the timer was re-armed)
   bool got_bytes_ = false;  // the upstream answered something (an interim response counts)
 };

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "http/asio.h"
+#include "http/whole_message.h"
 #include "http/wire.h"
 
 // Shape: one acceptor coroutine on its own strand; one coroutine per connection on that
@@ -712,20 +713,38 @@ void Connection<Stream>::ReadRequest() {
   req.route.clear();
   req.client_gone = nullptr;
   if (req.connection_memo != memo) req.connection_memo = memo;
-  reader.emplace(req);
-  reader->eager(true);
-  reader->body_limit(core->opts.max_body_bytes);
-  reader->header_limit(static_cast<std::uint32_t>(
-      std::min<size_t>(core->opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+  reader.reset();  // made when the first bytes are not a whole simple request
   continue_sent = false;
   ArmIdle();
   Parse();
 }
 
-// Feeds what the buffer holds to the parser; reads more when it needs more.
+// Feeds what the buffer holds to the parser; reads more when it needs more. The first bytes of a
+// request are offered to ReadWholeRequest, which takes a whole simply framed request at once;
+// anything else (a head or body still arriving, chunked framing, Expect, a malformed head) is
+// Beast's, from the same bytes.
 template <class Stream>
 void Connection<Stream>::Parse() {
-  while (buffer.size() > 0) {
+  if (!reader && buffer.size() > 0) {
+    WholeRequestInfo info;
+    const auto* data = static_cast<const char*>(buffer.data().data());
+    const size_t used = ReadWholeRequest({data, buffer.size()},
+                                         {.max_header_bytes = core->opts.max_header_bytes,
+                                          .max_body_bytes = core->opts.max_body_bytes},
+                                         &req, &info);
+    if (used > 0) {
+      buffer.consume(used);
+      keep_alive = info.keep_alive;
+      head = info.head_method;
+      return OnRequest();
+    }
+    reader.emplace(req);
+    reader->eager(true);
+    reader->body_limit(core->opts.max_body_bytes);
+    reader->header_limit(static_cast<std::uint32_t>(
+        std::min<size_t>(core->opts.max_header_bytes, std::numeric_limits<std::uint32_t>::max())));
+  }
+  while (reader && buffer.size() > 0) {
     error_code ec;
     const size_t used = reader->put(buffer.data(), ec);
     buffer.consume(used);
@@ -734,10 +753,14 @@ void Connection<Stream>::Parse() {
       if (std::optional<Response> err = ReadErrorResponse(ec, core->opts)) return HandOff(std::move(*err));
       return Close();
     }
-    if (reader->is_done()) return OnRequest();
+    if (reader->is_done()) {
+      keep_alive = reader->keep_alive();
+      head = reader->method() == bhttp::verb::head;
+      return OnRequest();
+    }
     if (used == 0) break;
   }
-  if (reader->is_header_done() && !continue_sent) {
+  if (reader && reader->is_header_done() && !continue_sent) {
     continue_sent = true;
     if (reader->expects_continue()) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -775,8 +798,6 @@ void Connection<Stream>::OnRead(error_code ec, size_t n) {
 template <class Stream>
 void Connection<Stream>::OnRequest() {
   phase = Phase::kHandling;
-  keep_alive = reader->keep_alive();
-  head = reader->method() == bhttp::verb::head;
   std::string_view t = req.target;
   const size_t qm = t.find('?');
   const std::string_view path = t.substr(0, qm);

@@ -1,0 +1,127 @@
+// Whole simple messages read at once (whole_message.h): what is taken, what it holds, and that
+// everything outside the narrow "simple" is left untouched for Beast's parser.
+#include "http/whole_message.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace aicloud::http {
+namespace {
+
+const WholeRequestLimits kLimits{.max_header_bytes = 4096, .max_body_bytes = 1 << 20};
+
+// Taken or not; when not, the request must be untouched.
+size_t Read(const std::string& bytes, Request* req, WholeRequestInfo* info, const WholeRequestLimits& limits = kLimits) {
+  return ReadWholeRequest(bytes, limits, req, info);
+}
+
+void ExpectLeftForBeast(const std::string& bytes, const WholeRequestLimits& limits = kLimits) {
+  Request req;
+  WholeRequestInfo info;
+  EXPECT_EQ(Read(bytes, &req, &info, limits), 0u) << bytes;
+  EXPECT_TRUE(req.method.empty()) << bytes;
+  EXPECT_TRUE(req.headers.empty()) << bytes;
+  EXPECT_TRUE(req.body.empty()) << bytes;
+}
+
+TEST(WholeRequestTest, TakesAWholeRequestAndWhatFollowsStays) {
+  const std::string one =
+      "POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw:8080\r\nAuthorization: Bearer sk-1\r\n"
+      "Content-Type: application/json  \r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 7\r\n\r\n{\"a\":1}";
+  const std::string next = "GET /health HTTP/1.1\r\n";  // a pipelined request's first bytes
+  Request req;
+  WholeRequestInfo info;
+  ASSERT_EQ(Read(one + next, &req, &info), one.size());
+  EXPECT_EQ(req.method, "POST");
+  EXPECT_EQ(req.target, "/v1/chat/completions?x=1");
+  EXPECT_EQ(req.headers.Get("host"), "gw:8080");
+  EXPECT_EQ(req.headers.Get("authorization"), "Bearer sk-1");
+  EXPECT_EQ(req.headers.Get("content-type"), "application/json");  // trailing spaces trimmed
+  EXPECT_EQ(req.headers.Get("x-a"), "1, 2");                      // repeats joined
+  EXPECT_EQ(req.body, "{\"a\":1}");
+  EXPECT_TRUE(info.keep_alive);
+  EXPECT_FALSE(info.head_method);
+}
+
+TEST(WholeRequestTest, KeepAliveFollowsTheVersionAndTheConnectionField) {
+  Request req;
+  WholeRequestInfo info;
+  ASSERT_GT(Read("GET / HTTP/1.1\r\nConnection: close\r\n\r\n", &req, &info), 0u);
+  EXPECT_FALSE(info.keep_alive);
+  req = Request();
+  ASSERT_GT(Read("GET / HTTP/1.0\r\n\r\n", &req, &info), 0u);
+  EXPECT_FALSE(info.keep_alive);
+  req = Request();
+  ASSERT_GT(Read("HEAD / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", &req, &info), 0u);
+  EXPECT_TRUE(info.keep_alive);
+  EXPECT_TRUE(info.head_method);
+  EXPECT_TRUE(req.body.empty());
+}
+
+TEST(WholeRequestTest, LeavesEverythingNotWholeAndSimpleToBeast) {
+  ExpectLeftForBeast("POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\n12345");            // body still coming
+  ExpectLeftForBeast("POST / HTTP/1.1\r\nContent-Length: 10\r\n");                     // head still coming
+  ExpectLeftForBeast("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");  // chunked
+  ExpectLeftForBeast("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nab");
+  ExpectLeftForBeast("POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\na");
+  ExpectLeftForBeast("POST / HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\na");
+  ExpectLeftForBeast("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\na");
+  ExpectLeftForBeast("GET / HTTP/1.1\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n\r\n");
+  ExpectLeftForBeast("GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n");  // obs-fold
+  ExpectLeftForBeast("GET / HTTP/1.1\nHost: a\r\n\r\n");                 // a bare LF
+  ExpectLeftForBeast("GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n");
+  ExpectLeftForBeast("G(T / HTTP/1.1\r\n\r\n");                          // method not a token
+  ExpectLeftForBeast("GET /\xc3\xa9 HTTP/1.1\r\n\r\n");                  // target not visible ASCII
+  ExpectLeftForBeast("GET / HTTP/1.2\r\n\r\n");
+  ExpectLeftForBeast("GET / HTTP/1.1\r\nHo st: a\r\n\r\n");             // malformed: Beast says why
+  ExpectLeftForBeast(std::string("GET / HTTP/1.1\r\nX: a\x01z\r\n\r\n"));
+  // Over the limits: Beast answers 431 / 413.
+  ExpectLeftForBeast("GET / HTTP/1.1\r\nX: " + std::string(200, 'a') + "\r\n\r\n",
+                     {.max_header_bytes = 100, .max_body_bytes = 100});
+  ExpectLeftForBeast("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n" + std::string(101, 'a'),
+                     {.max_header_bytes = 4096, .max_body_bytes = 100});
+  std::string many = "GET / HTTP/1.1\r\n";
+  for (int i = 0; i < 80; ++i) many += "X-" + std::to_string(i) + ": v\r\n";
+  ExpectLeftForBeast(many + "\r\n");
+}
+
+TEST(WholeResponseTest, TakesAWholeAnswerWithALength) {
+  const std::string answer =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-aicloud-usage: 3 5\r\nContent-Length: 2\r\n\r\n{}";
+  ClientResponse out;
+  bool keep = false;
+  ASSERT_EQ(ReadWholeResponse(answer, /*head_request=*/false, &out, &keep), answer.size());
+  EXPECT_EQ(out.status, 200);
+  EXPECT_EQ(out.headers.Get("x-aicloud-usage"), "3 5");
+  EXPECT_EQ(out.body, "{}");
+  EXPECT_TRUE(keep);
+
+  out = ClientResponse();
+  ASSERT_GT(ReadWholeResponse("HTTP/1.1 503 Busy\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", false, &out, &keep),
+            0u);
+  EXPECT_EQ(out.status, 503);
+  EXPECT_FALSE(keep);
+}
+
+TEST(WholeResponseTest, LeavesEverythingElseToBeast) {
+  const auto left = [](const std::string& bytes, bool head_request = false) {
+    ClientResponse out;
+    bool keep = true;
+    EXPECT_EQ(ReadWholeResponse(bytes, head_request, &out, &keep), 0u) << bytes;
+    EXPECT_EQ(out.status, 0) << bytes;
+    EXPECT_TRUE(out.headers.empty()) << bytes;
+    EXPECT_TRUE(keep) << bytes;
+  };
+  left("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", /*head_request=*/true);
+  left("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");  // interim first
+  left("HTTP/1.1 204 No Content\r\n\r\n");
+  left("HTTP/1.1 200 OK\r\n\r\nruns to the close");  // no length
+  left("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  left("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab");  // body still coming
+  left("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n");        // head still coming
+  left("HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\n{}");
+}
+
+}  // namespace
+}  // namespace aicloud::http
