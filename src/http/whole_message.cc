@@ -122,6 +122,9 @@ size_t ReadWholeRequest(std::string_view data, const WholeRequestLimits& limits,
   if (got <= 0) return 0;  // incomplete (-2) or malformed (-1): Beast reads it, or says why not
   const auto head_bytes = static_cast<size_t>(got);
   if (head_bytes > limits.max_header_bytes || (minor != 0 && minor != 1)) return 0;
+  // picohttpparser skips empty lines before the request line (RFC 9112 2.2 allows it); Beast
+  // does not, so such a request is Beast's to refuse.
+  if (method != data.data()) return 0;
   const std::string_view m(method, method_len), t(target, target_len);
   if (!IsHttpToken(m) || !IsSafeTarget(t)) return 0;
   const Framing f = ReadFraming(data.substr(0, head_bytes), fields.data(), n);
@@ -143,7 +146,7 @@ size_t ReadWholeResponse(std::string_view data, bool head_request, ClientRespons
   std::array<phr_header, kMaxWholeFields> fields;
   const int got =
       phr_parse_response(data.data(), data.size(), &minor, &status, &reason, &reason_len, fields.data(), &n, 0);
-  if (got <= 0) return 0;
+  if (got <= 0 || !data.starts_with("HTTP/")) return 0;  // no empty lines before it, as for requests
   const auto head_bytes = static_cast<size_t>(got);
   if ((minor != 0 && minor != 1) || status < 200 || status > 999 || status == 204 || status == 304) return 0;
   const Framing f = ReadFraming(data.substr(0, head_bytes), fields.data(), n);

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/beast/http.hpp>
+#include <cstdlib>
+#include <random>
 #include <string>
+#include <vector>
 
 namespace aicloud::http {
 namespace {
@@ -121,6 +125,104 @@ TEST(WholeResponseTest, LeavesEverythingElseToBeast) {
   left("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab");  // body still coming
   left("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n");        // head still coming
   left("HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\n{}");
+}
+
+// Differential: over many mutated messages, whatever the whole-message reader takes, Beast's
+// parser takes the same way — the same length, method, target, status, fields, body and
+// keep-alive. (It may leave more to Beast than it has to; it must never read a message
+// differently.)
+namespace bhttp = boost::beast::http;
+
+std::string Mutate(std::string s, std::mt19937& rng) {
+  static const std::string kBytes[] = {"\r", "\n", "\r\n", " ", "\t", ":", ",", "\x01", "\x7f", "\xc3",
+                                       "0", "9", "-", "chunked", "close", "keep-alive", "Content-Length: 3\r\n",
+                                       "Transfer-Encoding: chunked\r\n", "Connection: close\r\n", "\r\n\r\n"};
+  const int edits = std::uniform_int_distribution<int>(0, 3)(rng);
+  for (int e = 0; e < edits && !s.empty(); ++e) {
+    const size_t at = std::uniform_int_distribution<size_t>(0, s.size() - 1)(rng);
+    const std::string& piece = kBytes[std::uniform_int_distribution<size_t>(0, std::size(kBytes) - 1)(rng)];
+    switch (std::uniform_int_distribution<int>(0, 2)(rng)) {
+      case 0: s.insert(at, piece); break;
+      case 1: s.erase(at, std::uniform_int_distribution<size_t>(1, 4)(rng)); break;
+      default: s.replace(at, std::min(piece.size(), s.size() - at), piece); break;
+    }
+  }
+  return s;
+}
+
+template <class Message>
+HeaderMap FieldsOf(const Message& m) {
+  HeaderMap out;
+  for (const auto& f : m) out.Add({f.name_string().data(), f.name_string().size()}, {f.value().data(), f.value().size()});
+  return out;
+}
+
+TEST(WholeMessageDifferentialTest, WhatItTakesBeastReadsTheSameWay) {
+  const std::vector<std::string> requests = {
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk-1\r\n"
+      "Content-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"model\":1}",
+      "GET /v1/models?x=%41 HTTP/1.0\r\nConnection: keep-alive\r\nAccept: a\r\naccept: b\r\n\r\n",
+      "HEAD / HTTP/1.1\r\nConnection: close\r\nX-Empty:\r\nX-Pad:   v  \r\n\r\n",
+  };
+  const std::vector<std::string> answers = {
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-aicloud-usage: 1 2\r\nContent-Length: 2\r\n\r\n{}",
+      "HTTP/1.0 429 Too Many Requests\r\nConnection: keep-alive\r\nRetry-After: 3\r\nContent-Length: 0\r\n\r\n",
+  };
+  // AICLOUD_DIFF_CASES raises the count for a longer search (the default keeps the suite fast).
+  const char* cases_env = std::getenv("AICLOUD_DIFF_CASES");
+  const int kCases = cases_env != nullptr ? std::atoi(cases_env) : 20000;
+  std::mt19937 rng(cases_env != nullptr ? std::random_device{}() : 20261129u);
+  int taken = 0, left = 0;
+  for (int i = 0; i < kCases; ++i) {
+    const std::string bytes = Mutate(requests[static_cast<size_t>(i) % requests.size()], rng);
+    Request req;
+    WholeRequestInfo info;
+    const size_t used = ReadWholeRequest(bytes, kLimits, &req, &info);
+    if (used == 0) {
+      ++left;
+      continue;
+    }
+    ++taken;
+    bhttp::request_parser<bhttp::string_body> beast;
+    beast.eager(true);
+    boost::beast::error_code ec;
+    const size_t beast_used = beast.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
+    ASSERT_FALSE(ec) << ec.message() << " on: " << bytes;
+    ASSERT_TRUE(beast.is_done()) << bytes;
+    ASSERT_EQ(beast_used, used) << bytes;
+    const auto& m = beast.get();
+    EXPECT_EQ(std::string_view(m.method_string().data(), m.method_string().size()), req.method) << bytes;
+    EXPECT_EQ(std::string_view(m.target().data(), m.target().size()), req.target) << bytes;
+    EXPECT_EQ(m.body(), req.body) << bytes;
+    EXPECT_EQ(m.keep_alive(), info.keep_alive) << bytes;
+    EXPECT_EQ(FieldsOf(m), req.headers) << bytes;
+  }
+  for (int i = 0; i < kCases; ++i) {
+    const std::string bytes = Mutate(answers[static_cast<size_t>(i) % answers.size()], rng);
+    ClientResponse out;
+    bool keep = false;
+    const size_t used = ReadWholeResponse(bytes, false, &out, &keep);
+    if (used == 0) {
+      ++left;
+      continue;
+    }
+    ++taken;
+    bhttp::response_parser<bhttp::string_body> beast;
+    beast.eager(true);
+    boost::beast::error_code ec;
+    const size_t beast_used = beast.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
+    ASSERT_FALSE(ec) << ec.message() << " on: " << bytes;
+    ASSERT_TRUE(beast.is_done()) << bytes;
+    ASSERT_EQ(beast_used, used) << bytes;
+    const auto& m = beast.get();
+    EXPECT_EQ(m.result_int(), static_cast<unsigned>(out.status)) << bytes;
+    EXPECT_EQ(m.body(), out.body) << bytes;
+    EXPECT_EQ(m.keep_alive(), keep) << bytes;
+    EXPECT_EQ(FieldsOf(m), out.headers) << bytes;
+  }
+  // Both kinds of outcome were exercised.
+  EXPECT_GT(taken, kCases / 4) << taken << " taken, " << left << " left";
+  EXPECT_GT(left, kCases / 4) << taken << " taken, " << left << " left";
 }
 
 }  // namespace
