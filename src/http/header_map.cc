@@ -8,6 +8,14 @@ namespace {
 // ASCII only: std::tolower consults the locale on every call.
 char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + ('a' - 'A')) : c; }
 
+// `name` lower-cased equals `lower` (REQUIRES: same length).
+bool EqualsLowered(std::string_view name, std::string_view lower) {
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (Lower(name[i]) != lower[i]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 HeaderMap::HeaderMap(std::initializer_list<std::pair<std::string_view, std::string_view>> fields) {
@@ -51,17 +59,19 @@ HeaderMap::value_type& HeaderMap::Spare() {
 }
 
 bool HeaderMap::Add(std::string_view name, std::string_view value) {
-  // The lower-cased name is built in the spare field, so a new field costs no temporary.
-  value_type& spare = Spare();
-  spare.first.assign(name);
-  for (char& c : spare.first) c = Lower(c);
+  // A repeat is looked for before anything is copied: lengths first, then the letters.
   for (size_t i = 0; i < size_; ++i) {
-    if (fields_[i].first == spare.first) {
+    const std::string& have = fields_[i].first;
+    if (have.size() == name.size() && EqualsLowered(name, have)) {
       fields_[i].second.append(", ").append(value);
       return true;
     }
   }
   if (size_ >= kMaxFields) return false;
+  // Into the spare field's kept strings: a new field costs no allocation once they are grown.
+  value_type& spare = Spare();
+  spare.first.resize(name.size());
+  for (size_t i = 0; i < name.size(); ++i) spare.first[i] = Lower(name[i]);
   spare.second.assign(value);
   ++size_;
   return true;
