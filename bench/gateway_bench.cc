@@ -610,9 +610,14 @@ int Main(int argc, char** argv) {
     std::erase_if(targets, [&](const Target& t) { return t.name != f.only && t.name != "direct"; });
   }
 
-  std::printf("gateway_bench: %.0f req/s, %d connections, %d rounds x %.1f s (+%.1f s warm-up) per target, policy %s, limits %s, "
-              "proxy threads %d, stub %s%s\n",
-              f.rate, f.connections, f.rounds, f.seconds, f.warmup, f.policy.c_str(), f.limits ? "on" : "off",
+#ifdef AICLOUD_PGO_USE
+  constexpr const char* kBuild = "profile-guided (scripts/build-pgo)";
+#else
+  constexpr const char* kBuild = "plain";
+#endif
+  std::printf("gateway_bench: %s build, %.0f req/s, %d connections, %d rounds x %.1f s (+%.1f s warm-up) per target, policy %s, "
+              "limits %s, proxy threads %d, stub %s%s\n",
+              kBuild, f.rate, f.connections, f.rounds, f.seconds, f.warmup, f.policy.c_str(), f.limits ? "on" : "off",
               f.proxy_threads, f.stub_workers ? "workers" : "inline",
               f.pin.empty() ? "" : (", pinned to CPUs " + std::to_string(f.pin[0]) + "," + std::to_string(f.pin[1]) + "," +
                                     std::to_string(f.pin[2])).c_str());

@@ -21,6 +21,7 @@ elseif(AICLOUD_PGO STREQUAL "use")
   # Sources changed since the training lose their profile (a warning, not an error).
   add_compile_options(-fprofile-use -fprofile-partial-training -Wno-missing-profile -Wno-coverage-mismatch
                       "-fprofile-dir=${AICLOUD_PGO_DIR}")
+  add_compile_definitions(AICLOUD_PGO_USE=1)  # gateway_bench names the build it measures
   message(STATUS "PGO: optimized with the profiles in ${AICLOUD_PGO_DIR}")
 elseif(NOT AICLOUD_PGO STREQUAL "off")
   message(FATAL_ERROR "AICLOUD_PGO must be off, generate or use, not '${AICLOUD_PGO}'")
