@@ -186,7 +186,9 @@ TEST(Engine, ShortestFirstAnswersAShortPromptBehindALongOne) {
       // Had the long prompt been answered when the short one's answer was complete?
       Delta d;
       const bool long_answered = (*l)->Next(&d, std::chrono::milliseconds(0)) && d.finish_reason.has_value();
-      if (!long_answered) EXPECT_EQ(Drain(**l).tokens.size(), 1u);
+      if (!long_answered) {
+        EXPECT_EQ(Drain(**l).tokens.size(), 1u);
+      }
       if (sf && long_answered) continue;  // arrived too late to overtake: another round
       tried = true;
       EXPECT_EQ(long_answered, !sf);
