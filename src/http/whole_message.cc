@@ -81,12 +81,13 @@ Framing ReadFraming(std::string_view head, const phr_header* fields, size_t n) {
         if (IEquals(name, "content-length")) {
           const std::string_view v = TrimTrailing({h.value, h.value_len});
           if (f.has_length || v.empty() || v.size() > 18) return Framing{.simple = false};
-          for (char c : v) {
-            if (c < '0' || c > '9') return Framing{.simple = false};
-          }
-          std::from_chars(v.data(), v.data() + v.size(), f.length);
+          const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), f.length);
+          if (ec != std::errc() || end != v.data() + v.size()) return Framing{.simple = false};  // digits only
           f.has_length = true;
         }
+        break;
+      case 16:  // Beast reads it as it reads Connection (keep-alive, close, token lists)
+        if (IEquals(name, "proxy-connection")) return Framing{.simple = false};
         break;
       case 17:
         if (IEquals(name, "transfer-encoding")) return Framing{.simple = false};
