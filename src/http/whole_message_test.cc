@@ -165,6 +165,17 @@ HeaderMap FieldsOf(const Message& m) {
   return out;
 }
 
+// Beast's parser, given all of `bytes` at once, reads one whole message of `used` bytes.
+template <class Parser>
+void ExpectBeastTakesTheSameBytes(const std::string& bytes, size_t used, Parser& beast) {
+  beast.eager(true);
+  boost::beast::error_code ec;
+  const size_t beast_used = beast.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
+  ASSERT_FALSE(ec) << ec.message() << " on: " << bytes;
+  ASSERT_TRUE(beast.is_done()) << bytes;
+  ASSERT_EQ(beast_used, used) << bytes;
+}
+
 TEST(WholeMessageDifferentialTest, WhatItTakesBeastReadsTheSameWay) {
   const std::vector<std::string> requests = {
       "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAuthorization: Bearer sk-1\r\n"
@@ -192,12 +203,7 @@ TEST(WholeMessageDifferentialTest, WhatItTakesBeastReadsTheSameWay) {
     }
     ++taken;
     bhttp::request_parser<bhttp::string_body> beast;
-    beast.eager(true);
-    boost::beast::error_code ec;
-    const size_t beast_used = beast.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
-    ASSERT_FALSE(ec) << ec.message() << " on: " << bytes;
-    ASSERT_TRUE(beast.is_done()) << bytes;
-    ASSERT_EQ(beast_used, used) << bytes;
+    ASSERT_NO_FATAL_FAILURE(ExpectBeastTakesTheSameBytes(bytes, used, beast));
     const auto& m = beast.get();
     EXPECT_EQ(std::string_view(m.method_string().data(), m.method_string().size()), req.method) << bytes;
     EXPECT_EQ(std::string_view(m.target().data(), m.target().size()), req.target) << bytes;
@@ -217,12 +223,7 @@ TEST(WholeMessageDifferentialTest, WhatItTakesBeastReadsTheSameWay) {
     }
     ++taken;
     bhttp::response_parser<bhttp::string_body> beast;
-    beast.eager(true);
-    boost::beast::error_code ec;
-    const size_t beast_used = beast.put(boost::asio::buffer(bytes.data(), bytes.size()), ec);
-    ASSERT_FALSE(ec) << ec.message() << " on: " << bytes;
-    ASSERT_TRUE(beast.is_done()) << bytes;
-    ASSERT_EQ(beast_used, used) << bytes;
+    ASSERT_NO_FATAL_FAILURE(ExpectBeastTakesTheSameBytes(bytes, used, beast));
     const auto& m = beast.get();
     EXPECT_EQ(m.result_int(), static_cast<unsigned>(out.status)) << bytes;
     EXPECT_EQ(m.body(), out.body) << bytes;
