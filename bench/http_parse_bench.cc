@@ -1,10 +1,10 @@
 // Reading one whole HTTP message from a buffer: the whole-message reader (picohttpparser,
 // src/http/whole_message.h) against Beast's basic_parser writing into the same Request or
 // ClientResponse (the reader the server and the pooled client used for every message before,
-// and still use for what the whole-message reader leaves). Messages: the request gateway_bench
-// sends (4 fields; its body here is a similar 103 bytes), a request as the OpenAI Python SDK sends it (15 fields), and an engine's
-// answer (4 fields). Both sides reuse their output object across iterations, as a kept-alive
-// connection does.
+// and still use for what the whole-message reader leaves). Messages: a chat request like the
+// one gateway_bench sends (4 fields, a 103-byte body), a request as the OpenAI Python SDK sends
+// it (15 fields), and an engine's answer (4 fields). Both sides reuse their output object across
+// iterations, as a kept-alive connection does. Results: bench/RESULTS.md 8.18.
 //
 //   http_parse_bench
 //   http_parse_bench --benchmark_filter=Sdk
