@@ -10,6 +10,8 @@
 //   http_parse_bench --benchmark_filter=Sdk
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "http/asio.h"
