@@ -68,8 +68,6 @@ struct StreamCtl {
   bool done = false;  // the stream function returned
 };
 
-bool IEquals(std::string_view a, std::string_view b) { return beast::iequals(Bv(a), Bv(b)); }
-
 // Beast's request parser writing straight into a Request: method, target, headers (names
 // lower-cased, repeats joined with ", ") and body, with no Beast fields container in between.
 class RequestReader final : public ParserInto<true> {
@@ -88,7 +86,7 @@ class RequestReader final : public ParserInto<true> {
   }
   void on_response_impl(int, beast::string_view, int, error_code&) override {}
   void on_field_impl(bhttp::field field, beast::string_view name, beast::string_view value, error_code& ec) override {
-    if (field == bhttp::field::expect && IEquals(Sv(value), "100-continue")) expects_continue_ = true;
+    if (field == bhttp::field::expect && AsciiIEquals(Sv(value), "100-continue")) expects_continue_ = true;
     ParserInto::on_field_impl(field, name, value, ec);
   }
 
@@ -415,12 +413,12 @@ void SetHeaders(Fields& res, Response& r) {
   res.set(bhttp::field::server, "aicloud");
   if (IsSafeFieldValue(r.content_type)) res.set(bhttp::field::content_type, r.content_type);
   for (auto& [name, value] : r.headers) {
-    if (IEquals(name, "connection") || IEquals(name, "content-length") ||
-        IEquals(name, "transfer-encoding")) {
+    if (AsciiIEquals(name, "connection") || AsciiIEquals(name, "content-length") ||
+        AsciiIEquals(name, "transfer-encoding")) {
       continue;  // framing is ours
     }
     if (!IsHttpToken(name) || !IsSafeFieldValue(value)) continue;
-    if (IEquals(name, "content-type")) {
+    if (AsciiIEquals(name, "content-type")) {
       res.set(bhttp::field::content_type, value);
     } else {
       res.insert(name, value);
@@ -630,7 +628,7 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
     if (!ec && TooManyFields(parser.get())) ec = bhttp::error::header_limit;
     if (!ec && !parser.is_done()) {
       ReserveForBody(c->buffer, parser);
-      if (IEquals(Sv(parser.get()[bhttp::field::expect]), "100-continue")) {
+      if (AsciiIEquals(Sv(parser.get()[bhttp::field::expect]), "100-continue")) {
         bhttp::response<bhttp::empty_body> cont(bhttp::status::continue_, 11);
         co_await bhttp::async_write(c->stream, cont, Redirect(ec));
         if (ec) break;
@@ -666,7 +664,7 @@ awaitable<void> Session(std::shared_ptr<Connection<Stream>> c) {
       co_return;
     }
     for (const auto& [name, value] : resp.headers) {
-      if (IEquals(name, "connection") && IEquals(value, "close")) keep_alive = false;
+      if (AsciiIEquals(name, "connection") && AsciiIEquals(value, "close")) keep_alive = false;
     }
     if (core.stopping) keep_alive = false;
     ec = co_await WriteResponse(*c, std::move(resp), keep_alive, head);
@@ -860,7 +858,7 @@ void Connection<Stream>::Answer(Response response) {
     return;
   }
   for (const auto& [name, value] : response.headers) {
-    if (IEquals(name, "connection") && IEquals(value, "close")) keep_alive = false;
+    if (AsciiIEquals(name, "connection") && AsciiIEquals(value, "close")) keep_alive = false;
   }
   if (core->stopping) keep_alive = false;
   Write(std::move(response));

@@ -27,16 +27,6 @@ namespace {
 // More fields than this and the message goes to Beast (picohttpparser reports it as malformed).
 constexpr size_t kMaxWholeFields = 64;
 
-bool IEquals(std::string_view a, std::string_view lower) {
-  if (a.size() != lower.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char c = a[i];
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-    if (c != lower[i]) return false;
-  }
-  return true;
-}
-
 std::string_view TrimTrailing(std::string_view v) {
   while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
   return v;
@@ -62,15 +52,15 @@ Framing ReadFraming(std::string_view head, const phr_header* fields, size_t n) {
     const std::string_view name(h.name, h.name_len);
     switch (name.size()) {
       case 6:  // expect: 100-continue wants an interim answer, which Beast's path sends
-        if (IEquals(name, "expect")) return Framing{.simple = false};
+        if (AsciiIEquals(name, "expect")) return Framing{.simple = false};
         break;
       case 10:
-        if (IEquals(name, "connection")) {
+        if (AsciiIEquals(name, "connection")) {
           const std::string_view v = TrimTrailing({h.value, h.value_len});
           if (f.connection != 0) return Framing{.simple = false};
-          if (IEquals(v, "close")) {
+          if (AsciiIEquals(v, "close")) {
             f.connection = -1;
-          } else if (IEquals(v, "keep-alive")) {
+          } else if (AsciiIEquals(v, "keep-alive")) {
             f.connection = 1;
           } else {
             return Framing{.simple = false};  // token lists, upgrade: Beast's
@@ -78,7 +68,7 @@ Framing ReadFraming(std::string_view head, const phr_header* fields, size_t n) {
         }
         break;
       case 14:
-        if (IEquals(name, "content-length")) {
+        if (AsciiIEquals(name, "content-length")) {
           const std::string_view v = TrimTrailing({h.value, h.value_len});
           if (f.has_length || v.empty() || v.size() > 18) return Framing{.simple = false};
           const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), f.length);
@@ -87,10 +77,10 @@ Framing ReadFraming(std::string_view head, const phr_header* fields, size_t n) {
         }
         break;
       case 16:  // Beast reads it as it reads Connection (keep-alive, close, token lists)
-        if (IEquals(name, "proxy-connection")) return Framing{.simple = false};
+        if (AsciiIEquals(name, "proxy-connection")) return Framing{.simple = false};
         break;
       case 17:
-        if (IEquals(name, "transfer-encoding")) return Framing{.simple = false};
+        if (AsciiIEquals(name, "transfer-encoding")) return Framing{.simple = false};
         break;
       default:
         break;

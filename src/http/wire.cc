@@ -26,7 +26,16 @@ constexpr std::array<bool, 256> kValueChars = [] {
   return t;
 }();
 
-bool IEquals(std::string_view a, std::string_view b) {
+
+void AppendNumber(std::string* out, size_t v) {
+  char buf[24];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  out->append(buf, end);
+}
+
+}  // namespace
+
+bool AsciiIEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     char x = a[i], y = b[i];
@@ -36,14 +45,6 @@ bool IEquals(std::string_view a, std::string_view b) {
   }
   return true;
 }
-
-void AppendNumber(std::string* out, size_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  out->append(buf, end);
-}
-
-}  // namespace
 
 bool IsHttpToken(std::string_view s) {
   if (s.empty()) return false;
@@ -146,7 +147,7 @@ void AppendResponseHead(std::string* out, const ResponseHead& head) {
   std::string_view content_type = head.content_type;
   if (head.headers != nullptr) {
     for (const auto& [name, value] : *head.headers) {
-      if (IEquals(name, "content-type") && IsSafeFieldValue(value)) content_type = value;
+      if (AsciiIEquals(name, "content-type") && IsSafeFieldValue(value)) content_type = value;
     }
   }
   size_t room = 96 + content_type.size();
@@ -162,8 +163,8 @@ void AppendResponseHead(std::string* out, const ResponseHead& head) {
   AppendField(out, "Content-Type", content_type);
   if (head.headers != nullptr) {
     for (const auto& [name, value] : *head.headers) {
-      if (IEquals(name, "connection") || IEquals(name, "content-length") || IEquals(name, "transfer-encoding") ||
-          IEquals(name, "content-type")) {
+      if (AsciiIEquals(name, "connection") || AsciiIEquals(name, "content-length") ||
+          AsciiIEquals(name, "transfer-encoding") || AsciiIEquals(name, "content-type")) {
         continue;
       }
       AppendField(out, name, value);
@@ -204,8 +205,11 @@ std::string RequestHeadText(const RequestHead& head, std::string* error) {
   bool has_type = false;
   if (head.headers != nullptr) {
     for (const auto& [name, value] : *head.headers) {
-      if (IEquals(name, "host") || IEquals(name, "content-length") || IEquals(name, "transfer-encoding")) continue;
-      if (IEquals(name, "content-type") && IsSafeFieldValue(value)) has_type = true;
+      if (AsciiIEquals(name, "host") || AsciiIEquals(name, "content-length") ||
+          AsciiIEquals(name, "transfer-encoding")) {
+        continue;
+      }
+      if (AsciiIEquals(name, "content-type") && IsSafeFieldValue(value)) has_type = true;
       AppendField(&out, name, value);
     }
   }

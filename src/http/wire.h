@@ -27,6 +27,8 @@ bool IsSafeFieldValue(std::string_view s);
 // A request target fit to write: not empty, visible ASCII only (no space, no control character,
 // no byte above 0x7E: those must be percent-encoded).
 bool IsSafeTarget(std::string_view s);
+// Equal ignoring ASCII case ("Content-Length" and "content-length"); no locale is consulted.
+bool AsciiIEquals(std::string_view a, std::string_view b);
 // "OK" for 200, "Not Found" for 404, ...; "Unknown" for a code without a registered phrase.
 std::string_view ReasonPhrase(int status);
 

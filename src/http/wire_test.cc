@@ -9,6 +9,14 @@ namespace {
 
 using Fields = std::vector<std::pair<std::string, std::string>>;
 
+TEST(WireTest, AsciiIEqualsIgnoresCaseOnly) {
+  EXPECT_TRUE(AsciiIEquals("Content-Length", "content-LENGTH"));
+  EXPECT_TRUE(AsciiIEquals("", ""));
+  EXPECT_FALSE(AsciiIEquals("content-length", "content-lengt"));
+  EXPECT_FALSE(AsciiIEquals("close", "clos\xc5"));
+  EXPECT_FALSE(AsciiIEquals("[", "{"));  // 0x5B and 0x7B differ by 32 but are not letters
+}
+
 TEST(WireTest, ResponseHeadIsStatusLineFieldsAndLength) {
   Fields extra = {{"X-Request-Id", "r-1"}, {"x-aicloud-replica", "10.0.0.5:8000"}};
   std::string out;

@@ -155,8 +155,9 @@ TEST(Engine, ShortestFirstAnswersAShortPromptBehindALongOne) {
   for (PrefillOrder order : {PrefillOrder::kFcfs, PrefillOrder::kShortestFirst}) {
     const bool sf = order == PrefillOrder::kShortestFirst;
     SCOPED_TRACE(sf ? "shortest-first" : "fcfs");
-    // 8 tokens a step: the long prompt takes 51 steps to prefill.
-    EngineOptions options{.max_num_seqs = 8, .max_num_batched_tokens = 8};
+    // 2 tokens a step: the long prompt takes 204 steps to prefill, the short one 3 (a wide
+    // margin in steps, though still only milliseconds).
+    EngineOptions options{.max_num_seqs = 2, .max_num_batched_tokens = 2};
     options.prefill_order = order;
     std::unique_ptr<Engine> e = Start(options);
     ASSERT_NE(e, nullptr);
@@ -171,9 +172,10 @@ TEST(Engine, ShortestFirstAnswersAShortPromptBehindALongOne) {
     // but its last steps), and then the round is tried again. In arrival order the long one is
     // answered first however late the short one comes, so that order gets no second round; with
     // shortest-first a round in which the long one was answered first counts as such a late
-    // arrival, and an order that never lets the short one overtake fails all five.
+    // arrival (a round takes milliseconds, so a thread descheduled that long misses it), and an
+    // order that never lets the short one overtake fails all twenty.
     bool tried = false;
-    for (int round = 0; round < 5 && !tried; ++round) {
+    for (int round = 0; round < 20 && !tried; ++round) {
       StatusOr<std::shared_ptr<Stream>> l = e->Submit(long_one);
       StatusOr<std::shared_ptr<Stream>> sh = e->Submit(short_one);
       ASSERT_TRUE(l.ok() && sh.ok());
@@ -193,7 +195,7 @@ TEST(Engine, ShortestFirstAnswersAShortPromptBehindALongOne) {
       tried = true;
       EXPECT_EQ(long_answered, !sf);
     }
-    EXPECT_TRUE(tried) << "the short prompt never overtook the long one in five rounds";
+    EXPECT_TRUE(tried) << "the short prompt never overtook the long one in twenty rounds";
   }
 }
 
