@@ -113,11 +113,12 @@ TEST(MetricsTest, BoundSeriesAreSharedAndScrapesStayConsistent) {
   EXPECT_NE(text.find("lat_seconds_sum{model=\"m\"} 5.05\n"), std::string::npos) << text;
 
   std::atomic<bool> done{false};
-  int bad = 0, scrapes = 0;
+  std::atomic<int> scrapes{0};
+  int bad = 0;
   std::thread scraper([&] {
     while (!done.load()) {
       const std::string t = m.Render();
-      ++scrapes;
+      scrapes.fetch_add(1);
       auto value = [&](const std::string& key) {
         const size_t at = t.find(key);
         return at == std::string::npos ? -1.0 : std::stod(t.substr(at + key.size()));
@@ -131,6 +132,9 @@ TEST(MetricsTest, BoundSeriesAreSharedAndScrapesStayConsistent) {
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t) {
     ts.emplace_back([&] {
+      // Not before the scraper runs: on a busy machine the writes could otherwise all be over
+      // before its first scrape, and nothing would be checked while they land.
+      while (scrapes.load() == 0) std::this_thread::yield();
       for (int i = 0; i < 20000; ++i) {
         ok->Inc();
         lat->Observe(0.5);
@@ -142,7 +146,7 @@ TEST(MetricsTest, BoundSeriesAreSharedAndScrapesStayConsistent) {
   scraper.join();
   EXPECT_EQ(ok->Value(), 3 + 80000);
   EXPECT_EQ(h->Count({"m"}), 2u + 80000);
-  EXPECT_GT(scrapes, 0);
+  EXPECT_GT(scrapes.load(), 0);
   EXPECT_EQ(bad, 0);
 }
 
