@@ -118,6 +118,9 @@ std::vector<std::pair<std::string, json>> BuiltinRoles() {
       {kViewerRole,
        json::array({RuleJson(read, {"jobs", "queues", "events", "usage", "nodes", "logs"})})},
       {kAgentRole, json::array({RuleJson({"*"}, {"agent"}), RuleJson({"get"}, {"nodes"})})},
+      // A standalone `aicloud gateway`: the serving feed, its signals and the shared budget and
+      // rate objects (api.cc, /api/v1/gateway/...).
+      {kGatewayRole, json::array({RuleJson({"get", "update"}, {"gateway"})})},
   };
 }
 
@@ -411,7 +414,7 @@ StatusOr<std::shared_ptr<const AuthService::Snapshot>> AuthService::Refresh() {
   return Load();
 }
 
-StatusOr<Principal> AuthService::Authenticate(std::string_view authorization) {
+bool SplitToken(std::string_view authorization, std::string_view* id, std::string_view* secret) {
   std::string_view t = Trim(authorization);
   if (t.size() > 7) {
     std::string scheme(t.substr(0, 7));
@@ -424,10 +427,18 @@ StatusOr<Principal> AuthService::Authenticate(std::string_view authorization) {
   if (t.size() != secret_pos + 2 * kSecretBytes || t.substr(0, id_pos) != kTokenPrefix ||
       t[secret_pos - 1] != '_' || !IsLowerHex(t.substr(id_pos, kKeyIdHexChars)) ||
       !IsLowerHex(t.substr(secret_pos))) {
-    return Unauthenticated("malformed token");
+    return false;
   }
-  std::string id(t.substr(id_pos, kKeyIdHexChars));
-  std::string hash = Sha256Hex(t.substr(secret_pos));
+  *id = t.substr(id_pos, kKeyIdHexChars);
+  *secret = t.substr(secret_pos);
+  return true;
+}
+
+StatusOr<Principal> AuthService::Authenticate(std::string_view authorization) {
+  std::string_view id_view, secret;
+  if (!SplitToken(authorization, &id_view, &secret)) return Unauthenticated("malformed token");
+  std::string id(id_view);
+  std::string hash = Sha256Hex(secret);
   std::shared_ptr<const Snapshot> snap = Current();
   if (!snap) return UnavailableError("authentication state unavailable");
   auto it = snap->keys.find(id);
@@ -438,6 +449,24 @@ StatusOr<Principal> AuthService::Authenticate(std::string_view authorization) {
   if (k.expires && *k.expires <= WallNow()) return Unauthenticated("key expired");
   if (!snap->users.contains(k.user)) return Unauthenticated("unknown key");
   return Principal{.user = k.user, .key_id = id, .key_tenant = k.tenant, .key_roles = k.roles};
+}
+
+StatusOr<std::vector<ServingKey>> AuthService::ServingKeys() {
+  std::shared_ptr<const Snapshot> snap = Current();
+  if (!snap) return UnavailableError("authentication state unavailable");
+  const system_clock::time_point now = WallNow();
+  std::vector<ServingKey> out;
+  for (const auto& [id, k] : snap->keys) {
+    if (k.revoked || (k.expires && *k.expires <= now) || !snap->users.contains(k.user)) continue;
+    ServingKey sk{.id = id, .hash = k.hash, .tenant = k.tenant, .expires = k.expires};
+    if (!k.tenant) {
+      const Principal who{.user = k.user, .key_id = id, .key_tenant = std::nullopt, .key_roles = k.roles};
+      sk.all_models = AuthorizeIn(*snap, who, "get", "deployments", "").allowed;
+    }
+    out.push_back(std::move(sk));
+  }
+  std::sort(out.begin(), out.end(), [](const ServingKey& a, const ServingKey& b) { return a.id < b.id; });
+  return out;
 }
 
 Decision AuthService::AuthorizeIn(const Snapshot& s, const Principal& who, std::string_view verb,

@@ -28,10 +28,10 @@
 //   these roles grants (so a key can never do more than its owner). Absent = owner's full rights.
 // - Built-in roles, upserted by Bootstrap (label aicloud/builtin=true; edits to them are
 //   overwritten at the next start): cluster-admin (* on *), tenant-admin, developer, viewer,
-//   agent — see BuiltinRoles() in auth.cc for the exact rules.
+//   agent, gateway — see BuiltinRoles() in auth.cc for the exact rules.
 //
 // Resources are lowercase plurals (tenants, queues, users, roles, rolebindings, apikeys, nodes,
-// racks, jobs, events, auditrecords, usage, logs, agent, deployments); verbs are get, list,
+// racks, jobs, events, auditrecords, usage, logs, agent, deployments, gateway); verbs are get, list,
 // watch, create, update, delete and the special cordon, drain, cancel, verify.
 //
 // Scoping — what the `tenant` argument of Authorize means:
@@ -117,6 +117,20 @@ inline constexpr const char* kTenantAdminRole = "tenant-admin";
 inline constexpr const char* kDeveloperRole = "developer";
 inline constexpr const char* kViewerRole = "viewer";
 inline constexpr const char* kAgentRole = "agent";
+inline constexpr const char* kGatewayRole = "gateway";
+
+// Splits a "Bearer aic_<id>_<secret>" header value (or the raw token) into the key id and the
+// secret's hex; false when it is not shaped like an aicloud token.
+bool SplitToken(std::string_view authorization, std::string_view* id, std::string_view* secret);
+
+// A live API key as a standalone gateway authenticates it (AuthService::ServingKeys).
+struct ServingKey {
+  std::string id;
+  std::string hash;                                          // sha256 hex of the secret
+  std::optional<std::string> tenant;                         // the key is restricted to it
+  std::optional<std::chrono::system_clock::time_point> expires;
+  bool all_models = false;  // unrestricted and may read deployments everywhere: calls any model
+};
 
 // True for the resources whose requests name a tenant (jobs, queues, ..., apikeys).
 bool IsTenantScopedResource(std::string_view resource);
@@ -176,6 +190,11 @@ class AuthService {
   // RefreshInBackground, and while no current snapshot is loaded, every call returns a new
   // number (nothing remembered is reused). Reads only memory.
   uint64_t Epoch();
+
+  // The keys that authenticate now (not revoked, not expired, owner present), for the gateways
+  // that run apart from the server (GET /api/v1/gateway/config): what the server's own front door
+  // derives per request, derived once per key. UNAVAILABLE while no snapshot can be loaded.
+  StatusOr<std::vector<ServingKey>> ServingKeys();
 
   // Forces the next call to reload the RBAC snapshot (tests; after bulk edits). With a
   // background refresher, reloads now instead, so the edit is in force for every thread when

@@ -8,7 +8,9 @@
 #include <mutex>
 #include <thread>
 
+#include "control/gateway_feed.h"
 #include "gateway/access.h"
+#include "gateway/control_link.h"
 #include "gateway/directory.h"
 #include "gateway/gateway.h"
 #include "gateway/usage.h"
@@ -81,33 +83,21 @@ class DeploymentDirectory final : public gateway::Directory {
   }
 
   void Refresh() {
+    // The same JSON a standalone gateway reads from the server (control/gateway_feed.h), so both
+    // front doors see one set of routes.
     std::vector<std::shared_ptr<const gateway::Route>> list;
     std::map<std::string, std::shared_ptr<const gateway::Route>> by_model;
     std::string fingerprint;
     for (const control::ServingRoute& r : dc_->Routes()) {
-      auto route = std::make_shared<gateway::Route>();
-      route->deployment = r.tenant + "/" + r.deployment;
-      route->tenant = r.tenant;
-      route->model = r.model;
-      route->base_model = r.model;
-      route->adapters = r.adapters;
-      route->max_adapters = std::max<int>(4, static_cast<int>(r.adapters.size()));
-      fingerprint += route->deployment + "|" + r.model + "|";
-      for (const std::string& a : r.adapters) fingerprint += a + ",";
-      for (const control::ServingEndpoint& e : r.endpoints) {
-        std::string url = e.url;
-        if (url.rfind("http://", 0) == 0) url = url.substr(7);
-        const bool canary = !r.canary_revision.empty() && e.revision == r.canary_revision;
-        route->replicas.push_back({e.replica, url, e.ready, canary});
-        fingerprint += e.replica + "@" + url + (e.ready ? "+" : "-") + (canary ? "c" : "");
-      }
-      route->canary_weight = r.canary_weight;
-      fingerprint += "w" + std::to_string(r.canary_weight);
-      fingerprint += "\n";
+      const json j = control::ServingRouteJson(r);
+      StatusOr<gateway::Route> route = gateway::RouteFromJson(j);
+      if (!route.ok()) continue;  // the controller's routes always read back
+      fingerprint += j.dump() + "\n";
+      auto shared = std::make_shared<const gateway::Route>(std::move(*route));
       // First deployment to claim a name keeps it (model names are one namespace).
-      by_model.emplace(route->model, route);
-      for (const std::string& a : route->adapters) by_model.emplace(a, route);
-      list.push_back(std::move(route));
+      by_model.emplace(shared->model, shared);
+      for (const std::string& a : shared->adapters) by_model.emplace(a, shared);
+      list.push_back(std::move(shared));
     }
     bool changed = false;
     {
@@ -168,13 +158,8 @@ class TenantLimits {
     if (!all.ok()) return;
     auto next = std::make_shared<std::map<std::string, gateway::Limits>>();
     for (const json& t : all->items) {
-      const json& s = t.value("spec", json::object()).value("serving", json::object());
-      gateway::Limits lim;
-      lim.rpm = s.value("rpm", int64_t{0});
-      lim.tpm = s.value("tpm", int64_t{0});
-      lim.budget_tokens = s.value("budgetTokens", int64_t{0});
-      lim.budget_cost = s.value("budgetCost", 0.0);
-      lim.budget_period_s = s.value("budgetPeriodSeconds", int64_t{0});
+      const gateway::Limits lim =
+          gateway::LimitsFromServing(t.value("spec", json::object()).value("serving", json::object()));
       (*next)[t["metadata"].value("name", std::string())] = lim;
     }
     std::lock_guard<std::mutex> l(mu_);

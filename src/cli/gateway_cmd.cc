@@ -1,8 +1,11 @@
-// `aicloud gateway`: the OpenAI front door for engine replicas listed in an upstreams file
-// (models, replicas, tenants' limits, API keys; see docs/gateway.md).
+// `aicloud gateway`: the OpenAI front door for engine replicas, either those of an `aicloud
+// server`'s Deployments with its keys, limits and budgets (--server; gateway/control_link.h), or
+// those listed in an upstreams file (models, replicas, tenants' limits, API keys). See
+// docs/gateway.md.
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 
@@ -10,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "gateway/config.h"
+#include "gateway/control_link.h"
 #include "gateway/gateway.h"
 #include "store/sqlite/sqlite_store.h"
 
@@ -18,6 +22,7 @@ namespace {
 
 struct GatewayFlags {
   std::string upstreams;
+  std::string server, token, ca_file;
   std::string listen = "127.0.0.1:8080";
   std::string policy = "score";
   int threads = 1;
@@ -56,16 +61,60 @@ StatusOr<std::pair<std::string, uint16_t>> ParseListen(const std::string& s) {
 }
 
 int Run(const GatewayFlags& f) {
-  StatusOr<gateway::UpstreamsConfig> cfg = gateway::LoadUpstreams(f.upstreams);
-  if (!cfg.ok()) return Fail(cfg.status());
+  if (f.upstreams.empty() == f.server.empty()) {
+    return Fail(InvalidArgumentError("give either --server URL (serve an aicloud server's Deployments) or --upstreams FILE"));
+  }
   StatusOr<std::pair<std::string, uint16_t>> listen = ParseListen(f.listen);
   if (!listen.ok()) return Fail(listen.status());
   if (f.threads < 1) return Fail(InvalidArgumentError("--threads: must be >= 1"));
 
-  gateway::StaticDirectory directory(cfg->routes);
+  // SIGINT/SIGTERM are taken by sigwait below: blocked before any thread starts (the link's).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  // Where the routes, keys and limits come from.
+  std::unique_ptr<gateway::ControlLink> link;
+  std::unique_ptr<gateway::StaticDirectory> static_directory;
   gateway::StaticKeys keys;
-  for (auto& [token, caller] : cfg->keys) {
-    if (Status s = keys.Add(token, caller); !s.ok()) return Fail(s);
+  gateway::Directory* directory = nullptr;
+  gateway::Authenticator authenticate;
+  std::function<uint64_t()> auth_epoch;
+  std::string what;
+  if (!f.server.empty()) {
+    if (!f.budget_db.empty()) {
+      return Fail(InvalidArgumentError("--budget-db: with --server, budgets are kept by the server (leave it out)"));
+    }
+    std::string token = f.token;
+    if (token.empty() && std::getenv("AICLOUD_TOKEN") != nullptr) token = std::getenv("AICLOUD_TOKEN");
+    if (token.empty()) {
+      return Fail(InvalidArgumentError("--server: give the API key of a user with the gateway role (--token or $AICLOUD_TOKEN)"));
+    }
+    gateway::ControlLinkOptions lo{.server_url = f.server, .token = token};
+    lo.client.ca_file = f.ca_file;
+    StatusOr<std::unique_ptr<gateway::ControlLink>> l = gateway::ControlLink::Connect(lo);
+    if (!l.ok()) return Fail(l.status());
+    link = std::move(*l);
+    directory = link->directory();
+    authenticate = link->authenticator();
+    auth_epoch = link->auth_epoch();
+    const gateway::ControlLink::Stats st = link->stats();
+    what = fmt::format("server {}: {} models, {} keys, {} tenants", f.server, st.routes, st.keys, st.tenants);
+  } else {
+    StatusOr<gateway::UpstreamsConfig> cfg = gateway::LoadUpstreams(f.upstreams);
+    if (!cfg.ok()) return Fail(cfg.status());
+    static_directory = std::make_unique<gateway::StaticDirectory>(cfg->routes);
+    for (auto& [token, caller] : cfg->keys) {
+      if (Status s = keys.Add(token, caller); !s.ok()) return Fail(s);
+    }
+    directory = static_directory.get();
+    authenticate = keys.AsAuthenticator();
+    auth_epoch = keys.AsEpoch();
+    size_t replicas = 0;
+    for (const gateway::Route& r : cfg->routes) replicas += r.replicas.size();
+    what = fmt::format("{} models, {} replicas, {} keys", cfg->routes.size(), replicas, keys.size());
   }
   std::unique_ptr<gateway::UsageSink> sink;
   std::FILE* usage_file = nullptr;
@@ -78,11 +127,13 @@ int Run(const GatewayFlags& f) {
     if (usage_file == nullptr) return Fail(InvalidArgumentError("--usage-log " + f.usage_log + ": cannot open for appending"));
     sink = std::make_unique<gateway::LogUsageSink>(usage_file);
   }
-  std::unique_ptr<store::sqlite::SqliteStore> store;
+  std::unique_ptr<store::sqlite::SqliteStore> budget_db;
+  store::Store* store = link ? link->store() : nullptr;
   if (!f.budget_db.empty()) {
     StatusOr<std::unique_ptr<store::sqlite::SqliteStore>> s = store::sqlite::SqliteStore::Open({.path = f.budget_db});
     if (!s.ok()) return Fail(s.status());
-    store = std::move(*s);
+    budget_db = std::move(*s);
+    store = budget_db.get();
   }
 
   gateway::GatewayOptions o;
@@ -94,22 +145,14 @@ int Run(const GatewayFlags& f) {
   o.default_max_tokens = f.default_max_tokens;
   o.fast_path = !f.no_fast_path;
   StatusOr<std::unique_ptr<gateway::Gateway>> gw = gateway::Gateway::Create(
-      {.directory = &directory, .authenticate = keys.AsAuthenticator(), .auth_epoch = keys.AsEpoch(), .usage = sink.get(), .store = store.get()}, o);
+      {.directory = directory, .authenticate = authenticate, .auth_epoch = auth_epoch, .usage = sink.get(), .store = store}, o);
   if (!gw.ok()) return Fail(gw.status());
 
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   StatusOr<std::unique_ptr<gateway::GatewayServer>> server = gateway::GatewayServer::Start(
       gw->get(), {.host = listen->first, .port = listen->second, .io_threads = f.threads, .worker_threads = f.workers},
       f.workers);
   if (!server.ok()) return Fail(server.status());
-  size_t replicas = 0;
-  for (const gateway::Route& r : cfg->routes) replicas += r.replicas.size();
-  std::cout << fmt::format("aicloud gateway: {} models, {} replicas, {} keys; policy {}\n", cfg->routes.size(), replicas,
-                           keys.size(), f.policy)
+  std::cout << fmt::format("aicloud gateway: {}; policy {}\n", what, f.policy)
             << fmt::format("aicloud gateway listening on http://{}:{}\n", listen->first, (*server)->port()) << std::flush;
   int sig = 0;
   sigwait(&set, &sig);
@@ -117,6 +160,7 @@ int Run(const GatewayFlags& f) {
   (*server)->Stop();
   (*gw)->Stop();
   gw->reset();
+  if (link) link->Stop();  // its last signals (arrivals, activity) go to the server
   sink.reset();
   if (usage_file != nullptr) std::fclose(usage_file);
   return 0;
@@ -127,8 +171,12 @@ int Run(const GatewayFlags& f) {
 void AddGateway(CLI::App& app, int* exit_code) {
   auto* f = new GatewayFlags();
   CLI::App* cmd = app.add_subcommand("gateway", "OpenAI-compatible gateway in front of engine replicas");
+  CLI::Option* server = cmd->add_option(
+      "--server", f->server, "serve this aicloud server's Deployments with its keys, limits and budgets (http(s)://HOST:PORT)");
+  cmd->add_option("--token", f->token, "with --server: API key of a user with the gateway role (default $AICLOUD_TOKEN)");
+  cmd->add_option("--ca-file", f->ca_file, "with --server: CA certificates that sign the server's TLS certificate");
   cmd->add_option("--upstreams", f->upstreams, "YAML/JSON file: models, replicas, tenants, keys (docs/gateway.md)")
-      ->required();
+      ->excludes(server);
   cmd->add_option("--listen", f->listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
   cmd->add_option("--policy", f->policy, "routing: score (GIE weights), least-request, round-robin, prefix")
       ->capture_default_str();

@@ -433,6 +433,64 @@ void Api::Routes() {
     if (!size.ok()) return Error(size.status());
     return http::Response::Json(200, {{"offset", *size}});
   });
+
+  // Gateway protocol (control/gateway_feed.h): standalone gateways' view of the serving state,
+  // their signals, and the objects they share budgets and rate limits through.
+  router_.Add("GET", "/api/v1/gateway/config", [this](http::Request& r) {
+    Call& c = *current_call;
+    http::Response denied;
+    if (!Allow(c, "get", "gateway", "", "config", &denied)) return denied;
+    if (feed_ == nullptr) return http::Response::Error(404, "not_found", "this server serves no gateways");
+    StatusOr<int64_t> wait = ParseInt(r.Query("waitMs", "0"), "waitMs");
+    if (!wait.ok()) return Error(wait.status());
+    StatusOr<json> doc = feed_->Wait(r.Query("version"), std::chrono::milliseconds(std::clamp<int64_t>(*wait, 0, 60000)));
+    if (!doc.ok()) return Error(doc.status());
+    return http::Response::Json(200, *doc);
+  });
+  router_.Add("POST", "/api/v1/gateway/signals", [this](http::Request& r) {
+    Call& c = *current_call;
+    http::Response denied;
+    if (!Allow(c, "update", "gateway", "", "signals", &denied)) return denied;
+    if (feed_ == nullptr) return http::Response::Error(404, "not_found", "this server serves no gateways");
+    StatusOr<json> body = ParseBody(r);
+    if (!body.ok()) return Error(body.status());
+    Status st = feed_->Signal(*body);
+    if (!st.ok()) return Error(st);
+    return http::Response::Json(200, json::object());
+  });
+  router_.Add("GET", "/api/v1/gateway/objects/{kind}", [this](http::Request& r) {
+    Call& c = *current_call;
+    http::Response denied;
+    if (!Allow(c, "get", "gateway", "", "objects", &denied)) return denied;
+    if (feed_ == nullptr) return http::Response::Error(404, "not_found", "this server serves no gateways");
+    StatusOr<int64_t> limit = ParseInt(r.Query("limit", "0"), "limit");
+    if (!limit.ok()) return Error(limit.status());
+    std::optional<std::string> tenant;
+    if (r.query.count("tenant")) tenant = r.Query("tenant");
+    StatusOr<json> page = feed_->List(r.params["kind"], tenant, *limit, r.Query("continue"));
+    if (!page.ok()) return Error(page.status());
+    return http::Response::Json(200, *page);
+  });
+  router_.Add("GET", "/api/v1/gateway/objects/{kind}/{name}", [this](http::Request& r) {
+    Call& c = *current_call;
+    http::Response denied;
+    if (!Allow(c, "get", "gateway", "", "objects", &denied)) return denied;
+    if (feed_ == nullptr) return http::Response::Error(404, "not_found", "this server serves no gateways");
+    StatusOr<json> o = feed_->Get(r.params["kind"], r.Query("tenant"), r.params["name"]);
+    if (!o.ok()) return Error(o.status());
+    return http::Response::Json(200, *o);
+  });
+  router_.Add("POST", "/api/v1/gateway/objects", [this](http::Request& r) {
+    Call& c = *current_call;
+    http::Response denied;
+    if (!Allow(c, "update", "gateway", "", "objects", &denied)) return denied;
+    if (feed_ == nullptr) return http::Response::Error(404, "not_found", "this server serves no gateways");
+    StatusOr<json> body = ParseBody(r);
+    if (!body.ok()) return Error(body.status());
+    StatusOr<json> done = feed_->Commit(*body);
+    if (!done.ok()) return Error(done.status());
+    return http::Response::Json(200, *done);
+  });
 }
 
 // --- generic resource handlers ----------------------------------------------------------------

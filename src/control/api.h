@@ -1,8 +1,9 @@
 // Api: the REST API of `aicloud server` under /api/v1, in front of the store, the control plane
 // and auth. Every request is authenticated (Bearer API key), authorized against RBAC, and every
 // mutating call and every denial is written to the audit log — except the agent's heartbeat
-// traffic (report, assignments, log pushes: hundreds per second at scale), whose denials are
-// still audited; registrations are audited.
+// traffic (report, assignments, log pushes: hundreds per second at scale) and the gateways'
+// (signals, budget and rate objects: several per second each), whose denials are still
+// audited; registrations are audited.
 //
 //   Api api(store, &auth, &audit, &control_plane, &metrics);
 //   auto server = http::Server::Start(opts, [&](http::Request& r) { return api.Handle(r); });
@@ -22,6 +23,7 @@
 //   GET             /api/v1/audit/verify
 //   GET             /api/v1/whoami
 //   agent protocol: /api/v1/agent/nodes/<node>/{register,report,assignments,logs}
+//   gateway protocol: /api/v1/gateway/{config,signals,objects} (control/gateway_feed.h)
 //   GET /healthz, /readyz, /metrics (no key needed)
 //
 // Errors: HTTP status + {"error": {"code", "message", "field"}}; bad input is always a 4xx.
@@ -33,6 +35,7 @@
 #include "auth/audit.h"
 #include "auth/auth.h"
 #include "control/control_plane.h"
+#include "control/gateway_feed.h"
 #include "control/manifest.h"
 #include "core/metrics.h"
 #include "http/message.h"
@@ -48,6 +51,10 @@ class Api {
 
   // The server's handler: metrics, request id, then the router.
   http::Response Handle(http::Request& request);
+
+  // Serves the gateway protocol from `feed` (which outlives the Api); without one those routes
+  // answer 404. Call before serving.
+  void SetGatewayFeed(GatewayFeed* feed) { feed_ = feed; }
 
   // Set once the server is ready to serve (store open, control plane started).
   void SetReady(bool ready) { ready_ = ready; }
@@ -87,6 +94,7 @@ class Api {
   auth::AuthService* auth_;
   auth::AuditLog* audit_;
   ControlPlane* control_;
+  GatewayFeed* feed_ = nullptr;
   Metrics* metrics_;
   http::Router router_;
   std::atomic<bool> ready_{false};

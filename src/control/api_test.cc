@@ -591,6 +591,182 @@ TEST_F(ApiTest, WatchSeesJobCreatedLater) {
   EXPECT_FALSE(saw_other);
 }
 
+// --- e. the gateway protocol -------------------------------------------------------------------
+
+class GatewayProtocolTest : public ApiTest {
+ protected:
+  static std::string NewGatewayToken() {
+    const std::string user = Unique("edge");
+    EXPECT_EQ(AdminSend("POST", "/api/v1/users", json{{"metadata", {{"name", user}}}}).status, 201);
+    EXPECT_EQ(AdminSend("POST", "/api/v1/rolebindings",
+                        json{{"metadata", {{"name", user + "-gw"}}}, {"spec", {{"role", "gateway"}, {"subjects", {user}}}}})
+                  .status,
+              201);
+    http::ClientResponse k = AdminSend("POST", "/api/v1/apikeys", json{{"user", user}});
+    EXPECT_EQ(k.status, 201) << k.body;
+    return json::parse(k.body).value("token", "");
+  }
+  static std::string IdOf(const std::string& token) { return token.substr(4, 12); }
+  static const json* KeyIn(const json& doc, const std::string& id) {
+    for (const json& k : doc["keys"]) {
+      if (k["id"] == id) return &k;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(GatewayProtocolTest, ConfigCarriesKeysByDigestAndTenantsAndOnlyTheGatewayRoleReadsIt) {
+  const std::string gw = NewGatewayToken();
+  http::ClientResponse r = Send(gw, "GET", "/api/v1/gateway/config");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json doc = json::parse(r.body);
+  EXPECT_EQ(doc["version"].get<std::string>().size(), 16u);
+  EXPECT_TRUE(doc["routes"].is_array());
+  // The admin key may call every model; ta's key is unrestricted but ta reads deployments in
+  // tenant a only, so it calls no model through a gateway (as at the server's front door).
+  const json* admin = KeyIn(doc, IdOf((*tokens_)[kAdmin]));
+  const json* ta = KeyIn(doc, IdOf((*tokens_)[kTenantAdmin]));
+  ASSERT_NE(admin, nullptr);
+  ASSERT_NE(ta, nullptr);
+  EXPECT_TRUE((*admin)["allModels"].get<bool>());
+  EXPECT_FALSE((*ta)["allModels"].get<bool>());
+  EXPECT_FALSE(ta->contains("tenant"));
+  // Digests only: the hash is sha256 hex of the secret, and no secret is in the answer.
+  EXPECT_EQ((*admin)["hash"], auth::Sha256Hex((*tokens_)[kAdmin].substr(17)));
+  for (const std::string& t : *tokens_) EXPECT_EQ(r.body.find(t.substr(17)), std::string::npos);
+  EXPECT_TRUE(doc["tenants"].contains("a"));
+  EXPECT_TRUE(doc["tenants"].contains("b"));
+
+  // A tenant-restricted key carries its tenant; a revoked key leaves the list.
+  http::ClientResponse k = AdminSend("POST", "/api/v1/apikeys", json{{"user", "dev"}, {"tenant", "a"}});
+  ASSERT_EQ(k.status, 201);
+  const std::string dev_a = json::parse(k.body)["token"];
+  doc = json::parse(Send(gw, "GET", "/api/v1/gateway/config").body);
+  ASSERT_NE(KeyIn(doc, IdOf(dev_a)), nullptr);
+  EXPECT_EQ((*KeyIn(doc, IdOf(dev_a)))["tenant"], "a");
+  ASSERT_EQ(AdminSend("DELETE", "/api/v1/apikeys/" + IdOf(dev_a)).status, 200);
+  doc = json::parse(Send(gw, "GET", "/api/v1/gateway/config").body);
+  EXPECT_EQ(KeyIn(doc, IdOf(dev_a)), nullptr);
+
+  // Nobody else: not a tenant admin, a developer, a viewer or an agent.
+  for (int role : {kTenantAdmin, kDeveloper, kViewer, kAgent, kNobody}) {
+    EXPECT_EQ(Send((*tokens_)[role], "GET", "/api/v1/gateway/config").status, 403) << kUsers[role];
+    EXPECT_EQ(Send((*tokens_)[role], "POST", "/api/v1/gateway/signals", R"({"deployments": []})").status, 403);
+    EXPECT_EQ(Send((*tokens_)[role], "GET", "/api/v1/gateway/objects/GatewayRate").status, 403);
+  }
+  EXPECT_EQ(Send("", "GET", "/api/v1/gateway/config").status, 401);
+}
+
+TEST_F(GatewayProtocolTest, ConfigLongPollsUntilTheStateChanges) {
+  const std::string gw = NewGatewayToken();
+  const std::string v = json::parse(Send(gw, "GET", "/api/v1/gateway/config").body)["version"];
+  // Unchanged: the answer comes after the wait, with the same version.
+  auto t0 = std::chrono::steady_clock::now();
+  http::ClientResponse same = Send(gw, "GET", "/api/v1/gateway/config?version=" + v + "&waitMs=300");
+  ASSERT_EQ(same.status, 200);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(290));
+  // Other tests of the suite may change the state meanwhile; this one's change must show.
+  const std::string tenant = Unique("limited");
+  std::thread changer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(AdminSend("POST", "/api/v1/tenants",
+                        json{{"metadata", {{"name", tenant}}}, {"spec", {{"serving", {{"rpm", 7}}}}}})
+                  .status,
+              201);
+  });
+  t0 = std::chrono::steady_clock::now();
+  std::string seen = v;
+  json doc;
+  for (int i = 0; i < 20; ++i) {  // until the answer has the new tenant (each answer is a change)
+    http::ClientResponse r = Send(gw, "GET", "/api/v1/gateway/config?version=" + seen + "&waitMs=10000");
+    ASSERT_EQ(r.status, 200);
+    doc = json::parse(r.body);
+    if (doc["tenants"].contains(tenant)) break;
+    ASSERT_NE(doc["version"], seen) << "an answer before the wait ended must carry a new version";
+    seen = doc["version"];
+  }
+  changer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ASSERT_TRUE(doc["tenants"].contains(tenant));
+  EXPECT_EQ(doc["tenants"][tenant]["rpm"], 7);
+  EXPECT_EQ(Send(gw, "GET", "/api/v1/gateway/config?waitMs=soon").status, 400);
+}
+
+TEST_F(GatewayProtocolTest, SignalsAndObjectsRefuseBadInputNamingTheField) {
+  const std::string gw = NewGatewayToken();
+  auto error_of = [&](const std::string& method, const std::string& path, const std::string& body) {
+    http::ClientResponse r = Send(gw, method, path, body);
+    EXPECT_EQ(r.status, 400) << path << " " << body << ": " << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_object() ? j["error"].value("message", "") : r.body;
+  };
+  EXPECT_NE(error_of("POST", "/api/v1/gateway/signals", R"({"deployments": 3})").find("deployments"), std::string::npos);
+  EXPECT_NE(error_of("POST", "/api/v1/gateway/signals", R"({"deployments": [{"name": "solo"}]})").find("deployments[0].name"),
+            std::string::npos);
+  EXPECT_NE(error_of("POST", "/api/v1/gateway/signals", R"({"deployments": [{"name": "a/x", "arrivals": -1}]})")
+                .find("deployments[0].arrivals"),
+            std::string::npos);
+  EXPECT_NE(error_of("POST", "/api/v1/gateway/signals", R"({"deployments": [{"name": "a/x", "heldd": 1}]})")
+                .find("unknown field"),
+            std::string::npos);
+  // Well formed, for a deployment nobody serves: accepted and skipped.
+  EXPECT_EQ(Send(gw, "POST", "/api/v1/gateway/signals", R"({"deployments": [{"name": "a/none", "arrivals": 2, "active": true, "held": 1}]})")
+                .status,
+            200);
+
+  // Only the gateways' own kinds are reachable.
+  EXPECT_NE(error_of("GET", "/api/v1/gateway/objects/Job", "").find("only GatewayBudget and GatewayRate"), std::string::npos);
+  EXPECT_NE(error_of("POST", "/api/v1/gateway/objects",
+                     R"({"ops": [{"op": "create", "object": {"apiVersion": "aicloud/v1", "kind": "Tenant", "metadata": {"name": "sneaky"}}}]})")
+                .find("only GatewayBudget"),
+            std::string::npos);
+  EXPECT_EQ(AdminSend("GET", "/api/v1/tenants/sneaky").status, 404);
+  EXPECT_NE(error_of("POST", "/api/v1/gateway/objects", R"({"ops": [{"op": "upsert"}]})").find("ops[0].op"), std::string::npos);
+  EXPECT_NE(error_of("POST", "/api/v1/gateway/objects", R"({"ops": []})").find("ops"), std::string::npos);
+}
+
+TEST_F(GatewayProtocolTest, ObjectsCommitWithOptimisticConcurrency) {
+  const std::string gw = NewGatewayToken();
+  const std::string name = Unique("rate");
+  json obj = {{"apiVersion", "aicloud/v1"}, {"kind", "GatewayRate"}, {"metadata", {{"name", name}}},
+              {"spec", {{"n", 1}}}};
+  http::ClientResponse c = Send(gw, "POST", "/api/v1/gateway/objects", json{{"ops", {{{"op", "create"}, {"object", obj}}}}}.dump());
+  ASSERT_EQ(c.status, 200) << c.body;
+  json created = json::parse(c.body)["objects"][0];
+  const int64_t rv = std::stoll(created["metadata"]["resourceVersion"].get<std::string>());
+  // Creating it again: 409 already_exists.
+  http::ClientResponse again = Send(gw, "POST", "/api/v1/gateway/objects", json{{"ops", {{{"op", "create"}, {"object", obj}}}}}.dump());
+  EXPECT_EQ(http::StatusOfResponse(again).code(), StatusCode::kAlreadyExists) << again.body;
+  // An update at the current version goes through; at the old one it is ABORTED.
+  created["spec"]["n"] = 2;
+  auto update = [&](int64_t expected) {
+    return Send(gw, "POST", "/api/v1/gateway/objects",
+                json{{"ops", {{{"op", "update"}, {"object", created}, {"expectedResourceVersion", expected}}}}}.dump());
+  };
+  ASSERT_EQ(update(rv).status, 200);
+  http::ClientResponse stale = update(rv);
+  EXPECT_EQ(stale.status, 409);
+  EXPECT_EQ(http::StatusOfResponse(stale).code(), StatusCode::kAborted) << stale.body;
+  // Read back one and as a list.
+  http::ClientResponse got = Send(gw, "GET", "/api/v1/gateway/objects/GatewayRate/" + name + "?tenant=");
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(json::parse(got.body)["spec"]["n"], 2);
+  http::ClientResponse list = Send(gw, "GET", "/api/v1/gateway/objects/GatewayRate?limit=500");
+  ASSERT_EQ(list.status, 200);
+  bool found = false;
+  const json page = json::parse(list.body);
+  for (const json& o : page["items"]) found = found || o["metadata"]["name"] == name;
+  EXPECT_TRUE(found) << list.body;
+  EXPECT_EQ(http::StatusOfResponse(Send(gw, "GET", "/api/v1/gateway/objects/GatewayRate/nope-" + name)).code(),
+            StatusCode::kNotFound);
+  // Deleted.
+  EXPECT_EQ(Send(gw, "POST", "/api/v1/gateway/objects",
+                 json{{"ops", {{{"op", "delete"}, {"key", {{"kind", "GatewayRate"}, {"tenant", ""}, {"name", name}}}}}}}.dump())
+                .status,
+            200);
+  EXPECT_EQ(Send(gw, "GET", "/api/v1/gateway/objects/GatewayRate/" + name).status, 404);
+}
+
 // --- manifest parser under random mutation (the fuzz target's path, without clang) ------------
 
 TEST(ManifestMutationTest, CorpusAndMutationsNeverCrash) {

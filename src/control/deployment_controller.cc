@@ -519,11 +519,11 @@ void DeploymentController::NoteActivity(const std::string& tenant, const std::st
   states_[tenant + "/" + deployment].last_activity_us = clock_->NowMicros();
 }
 
-void DeploymentController::NoteArrival(const std::string& tenant, const std::string& deployment) {
+void DeploymentController::NoteArrival(const std::string& tenant, const std::string& deployment, int64_t count) {
   std::lock_guard<std::mutex> l(mu_);
   State& s = states_[tenant + "/" + deployment];
   s.last_activity_us = clock_->NowMicros();
-  ++s.arrivals;
+  s.arrivals += std::max<int64_t>(0, count);
 }
 
 int DeploymentController::NextPort(std::vector<int>* used) const {

@@ -204,7 +204,7 @@ class DeploymentController {
   // autoscaler's arrival rate is the larger of these over the last 10 s and the engines' first
   // tokens, and its prompt tokens/s that rate times the prompt tokens the engines computed per
   // request over the last minute: a burst counts when it arrives, not as the engines get to it.
-  void NoteArrival(const std::string& tenant, const std::string& deployment);
+  void NoteArrival(const std::string& tenant, const std::string& deployment, int64_t count = 1);
 
  private:
   struct State {

@@ -47,6 +47,8 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   AICLOUD_RETURN_IF_ERROR(s->deployments_->Start());
   s->api_ = std::make_unique<Api>(s->store_.get(), s->auth_.get(), s->audit_.get(), s->control_.get(),
                                   &s->metrics_);
+  s->gateway_feed_ = std::make_unique<GatewayFeed>(s->store_.get(), s->auth_.get(), s->deployments_.get());
+  s->api_->SetGatewayFeed(s->gateway_feed_.get());
   http::ServerOptions ho;
   ho.host = config.host;
   ho.port = config.port;

@@ -83,6 +83,7 @@ class ApiServer {
   std::unique_ptr<auth::AuditLog> audit_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<DeploymentController> deployments_;
+  std::unique_ptr<GatewayFeed> gateway_feed_;
   std::unique_ptr<Api> api_;
   std::unique_ptr<http::Server> http_;
   std::optional<std::string> bootstrap_token_;

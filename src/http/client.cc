@@ -1,9 +1,12 @@
 #include "http/client.h"
 
+#include <cctype>
 #include <cstdint>
 #include <limits>
 #include <mutex>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "http/asio.h"
 
@@ -422,6 +425,32 @@ Status Client::Stream(std::string_view method, std::string_view target, std::str
                       const Headers& headers, const std::function<bool(std::string_view)>& on_chunk,
                       ClientResponse* head, CancelSignal* cancel) {
   return impl_->Stream(method, target, body, headers, on_chunk, head, cancel);
+}
+
+Status StatusOfResponse(const ClientResponse& response) {
+  const int st = response.status;
+  if (st >= 200 && st < 300) return OkStatus();
+  nlohmann::json body = nlohmann::json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+    const nlohmann::json& e = body["error"];
+    const std::string code = e.value("code", "");
+    const std::string message = e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>()
+                                                                                    : "HTTP " + std::to_string(st);
+    for (int c = 1; c <= static_cast<int>(StatusCode::kUnauthenticated); ++c) {
+      std::string name(StatusCodeName(static_cast<StatusCode>(c)));
+      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (name == code) return Status(static_cast<StatusCode>(c), message);
+    }
+  }
+  StatusCode code = StatusCode::kUnknown;
+  if (st == 401) code = StatusCode::kUnauthenticated;
+  else if (st == 403) code = StatusCode::kPermissionDenied;
+  else if (st == 404) code = StatusCode::kNotFound;
+  else if (st == 409) code = StatusCode::kAborted;
+  else if (st == 429) code = StatusCode::kResourceExhausted;
+  else if (st >= 500) code = StatusCode::kUnavailable;
+  else if (st >= 400) code = StatusCode::kInvalidArgument;
+  return Status(code, "HTTP " + std::to_string(st) + (response.body.empty() ? "" : ": " + response.body.substr(0, 200)));
 }
 
 }  // namespace aicloud::http

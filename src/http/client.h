@@ -47,6 +47,13 @@ struct ClientResponse {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
+// The Status an aicloud server's answer stands for: OK for 2xx; otherwise the code its error body
+// names ({"error": {"code": "aborted", "message": ...}}, http::ErrorResponse's shape) with its
+// message, or, for a body without one, the code the HTTP status usually means (401
+// UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND, 409 ABORTED, 429 RESOURCE_EXHAUSTED,
+// 5xx UNAVAILABLE, other 4xx INVALID_ARGUMENT) with "HTTP <status>" and the body's start.
+Status StatusOfResponse(const ClientResponse& response);
+
 // Thread-compatible: one thread at a time (a call's CancelSignal may be raised from any thread).
 class Client {
  public:

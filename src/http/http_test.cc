@@ -66,6 +66,28 @@ TEST(ResponseTest, StatusMapping) {
   EXPECT_EQ(body["error"]["field"], "name");
 }
 
+TEST(ResponseTest, StatusOfResponseReadsTheErrorBodyBack) {
+  // What ErrorResponse writes, StatusOfResponse reads back, code and message.
+  for (const Status& st : {AbortedError("Job a/x: resourceVersion conflict"), NotFoundError("no such thing"),
+                           AlreadyExistsError("taken"), UnauthenticatedError("unknown key"),
+                           PermissionDeniedError("user u has no role granting get on gateway"),
+                           InvalidArgumentError("ops[0].op: bad"), UnavailableError("busy")}) {
+    Response r = ErrorResponse(st);
+    Status back = StatusOfResponse({.status = r.status, .body = r.body});
+    EXPECT_EQ(back.code(), st.code()) << st.ToString();
+    EXPECT_EQ(back.message(), st.message());
+  }
+  EXPECT_TRUE(StatusOfResponse({.status = 204}).ok());
+  // Bodies from elsewhere: the HTTP status decides, and the body's start is kept.
+  Status proxy = StatusOfResponse({.status = 502, .body = "<html>Bad Gateway</html>"});
+  EXPECT_EQ(proxy.code(), StatusCode::kUnavailable);
+  EXPECT_NE(proxy.message().find("HTTP 502: <html>Bad Gateway"), std::string::npos) << proxy.message();
+  EXPECT_EQ(StatusOfResponse({.status = 409, .body = "{}"}).code(), StatusCode::kAborted);
+  EXPECT_EQ(StatusOfResponse({.status = 403}).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(StatusOfResponse({.status = 418, .body = R"({"error": {"code": "teapot"}})"}).code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(ResponseTest, JsonAndText) {
   Response j = Response::Json(201, {{"a", 1}});
   EXPECT_EQ(j.status, 201);

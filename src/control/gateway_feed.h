@@ -1,0 +1,75 @@
+// GatewayFeed: the server's half of the protocol of standalone gateways (`aicloud gateway
+// --server URL`, gateway/control_link.h), served by the API under /api/v1/gateway/ to keys with
+// the built-in `gateway` role:
+//
+//   GET  /api/v1/gateway/config?version=V&waitMs=N   the serving state; long-polls while it is V
+//   POST /api/v1/gateway/signals                      arrivals, activity and held requests
+//   GET  /api/v1/gateway/objects/<kind>[/<name>]?tenant=T&limit=N&continue=C
+//   POST /api/v1/gateway/objects                      {"ops": [...]}: one atomic commit
+//
+// The serving state is one JSON document, what the server's own front door reads from memory:
+//
+//   {"version": "9f2c...",                       changes whenever anything below changes
+//    "routes": [{"deployment": "acme/chat", "tenant": "acme", "model": "chat",
+//                "adapters": ["sql"], "maxAdapters": 4, "canaryWeight": 0,
+//                "replicas": [{"id": "chat-r1", "url": "10.0.0.7:21000", "ready": true,
+//                              "canary": false}]}],
+//    "keys": [{"id": "3f9a...", "hash": "<sha256 hex of the secret>", "tenant": "acme",
+//              "expiresAt": 1767225600, "allModels": false}],   the keys that authenticate now
+//    "tenants": {"acme": {"rpm": 600, "budgetTokens": 100000, ...}}}  Tenant spec.serving
+//
+// Keys travel as SHA-256 digests of their secrets, as the store keeps them; a token cannot be
+// derived from one. Signals: {"deployments": [{"name": "acme/chat", "arrivals": 12,
+// "active": true, "held": 1}]}, the sums since the gateway's last post (sent every 200 ms while
+// there are any, at once when a request starts waiting). Objects: the GatewayBudget and
+// GatewayRate objects through which gateways share budgets and rate limits (gateway/budget.h,
+// gateway/rate_share.h); no other kind is reachable here.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "auth/auth.h"
+#include "control/deployment_controller.h"
+#include "core/status.h"
+#include "store/store.h"
+
+namespace aicloud::control {
+
+// The JSON of one served route, as the feed sends it and the server's front door reads it.
+nlohmann::json ServingRouteJson(const ServingRoute& route);
+
+// Thread-safe.
+class GatewayFeed {
+ public:
+  GatewayFeed(store::Store* store, auth::AuthService* auth, DeploymentController* deployments);
+
+  // The serving state now (see above). UNAVAILABLE while keys or tenants cannot be read.
+  StatusOr<nlohmann::json> Build();
+  // The state once its version differs from `seen`, or as it is when `wait` has passed.
+  StatusOr<nlohmann::json> Wait(const std::string& seen, std::chrono::milliseconds wait);
+
+  // Applies a gateway's signals to the deployment controller. INVALID_ARGUMENT naming the field
+  // for a malformed body; names of deployments the controller does not serve are skipped.
+  Status Signal(const nlohmann::json& body);
+
+  // The objects endpoints. INVALID_ARGUMENT for a kind other than GatewayBudget/GatewayRate.
+  StatusOr<nlohmann::json> Get(const std::string& kind, const std::string& tenant, const std::string& name);
+  StatusOr<nlohmann::json> List(const std::string& kind, const std::optional<std::string>& tenant, int64_t limit,
+                                const std::string& continue_token);
+  StatusOr<nlohmann::json> Commit(const nlohmann::json& body);
+
+ private:
+  StatusOr<nlohmann::json> Tenants();
+
+  store::Store* const store_;
+  auth::AuthService* const auth_;
+  DeploymentController* const deployments_;
+  std::mutex mu_;
+  int64_t tenants_revision_ = -1;  // GUARDED_BY(mu_): the store revision tenants_ was read at
+  nlohmann::json tenants_;         // GUARDED_BY(mu_)
+};
+
+}  // namespace aicloud::control

@@ -1,0 +1,317 @@
+// Tests of ControlLink against a fake server speaking the gateway protocol (the real server's side
+// is tested in control/api_test.cc, both together in tests/e2e_gateway_link.sh): connecting, the
+// serving state followed by long polls, keys checked by digest, malformed states refused, signals
+// summed and sent at once for a held request, the objects store's errors, and stopping.
+#include "gateway/control_link.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "auth/auth.h"
+#include "http/router.h"
+#include "http/server.h"
+
+namespace aicloud::gateway {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::string kGatewayToken = "aic_00000000000a_" + std::string(64, 'a');
+const std::string kSecret1 = std::string(63, '1') + "f";
+const std::string kToken1 = "aic_0000000000b1_" + kSecret1;   // tenant acme
+const std::string kToken2 = "aic_0000000000b2_" + std::string(64, '2');  // every model
+const std::string kToken3 = "aic_0000000000b3_" + std::string(64, '3');  // expired
+
+class FakeServer {
+ public:
+  FakeServer() {
+    router_.Add("GET", "/api/v1/gateway/config", [this](http::Request& r) {
+      if (r.Header("authorization") != "Bearer " + kGatewayToken) {
+        return http::ErrorResponse(UnauthenticatedError("unknown key"));
+      }
+      std::unique_lock<std::mutex> l(mu_);
+      ++polls_;
+      const auto wait = std::chrono::milliseconds(std::stoll(r.Query("waitMs", "0")));
+      cv_.wait_for(l, wait, [&] { return doc_.value("version", "") != r.Query("version") || stopping_; });
+      return http::Response::Json(200, doc_);
+    });
+    router_.Add("POST", "/api/v1/gateway/signals", [this](http::Request& r) {
+      std::lock_guard<std::mutex> l(mu_);
+      signals_.push_back(json::parse(r.body));
+      cv_.notify_all();
+      return http::Response::Json(200, json::object());
+    });
+    router_.Add("POST", "/api/v1/gateway/objects", [](http::Request&) {
+      return http::ErrorResponse(AbortedError("GatewayBudget lean/budget-1: resourceVersion conflict: expected 5, current 7"));
+    });
+    router_.Add("GET", "/api/v1/gateway/objects/{kind}/{name}", [](http::Request& r) {
+      return http::ErrorResponse(NotFoundError(r.params["kind"] + " " + r.Query("tenant") + "/" + r.params["name"] + " not found"));
+    });
+    router_.Add("GET", "/api/v1/gateway/objects/{kind}", [](http::Request&) {
+      return http::Response::Json(200, {{"items", json::array({{{"kind", "GatewayRate"}}})}, {"continue", "next"},
+                                        {"resourceVersion", "42"}});
+    });
+    doc_ = State(false, true);
+    auto s = http::Server::Start({.worker_threads = 8}, [this](http::Request& r) { return router_.Dispatch(r); });
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(*s);
+  }
+  ~FakeServer() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (server_) server_->Stop();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+
+  // A serving state: acme's deployment "chat" (adapter "sql") with one replica, and three keys.
+  static json State(bool ready, bool with_key1) {
+    json keys = json::array();
+    if (with_key1) keys.push_back({{"id", "0000000000b1"}, {"hash", auth::Sha256Hex(kSecret1)}, {"tenant", "acme"}});
+    keys.push_back({{"id", "0000000000b2"}, {"hash", auth::Sha256Hex(std::string(64, '2'))}, {"allModels", true}});
+    keys.push_back({{"id", "0000000000b3"}, {"hash", auth::Sha256Hex(std::string(64, '3'))}, {"expiresAt", 1000}});
+    return {{"version", std::string(ready ? "r" : "n") + (with_key1 ? "1" : "0")},
+            {"routes", json::array({{{"deployment", "acme/chat"}, {"tenant", "acme"}, {"model", "chat"},
+                                     {"adapters", {"sql"}}, {"maxAdapters", 4}, {"canaryWeight", 0},
+                                     {"replicas", json::array({{{"id", "chat-r1"}, {"url", "127.0.0.1:1"},
+                                                                {"ready", ready}, {"canary", false}}})}}})},
+            {"keys", keys},
+            {"tenants", {{"acme", {{"rpm", 60}, {"budgetTokens", 1000}}}}}};
+  }
+
+  void Set(json doc) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      doc_ = std::move(doc);
+    }
+    cv_.notify_all();
+  }
+  // Waits until a signal post satisfies `pred`; returns it (null after `timeout`).
+  json WaitSignal(const std::function<bool(const json&)>& pred, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    json found;
+    cv_.wait_for(l, timeout, [&] {
+      for (const json& s : signals_) {
+        if (pred(s)) {
+          found = s;
+          return true;
+        }
+      }
+      return false;
+    });
+    return found;
+  }
+  int polls() {
+    std::lock_guard<std::mutex> l(mu_);
+    return polls_;
+  }
+
+ private:
+  http::Router router_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  json doc_;                  // GUARDED_BY(mu_)
+  std::vector<json> signals_;  // GUARDED_BY(mu_)
+  int polls_ = 0;             // GUARDED_BY(mu_)
+  bool stopping_ = false;     // GUARDED_BY(mu_)
+  std::unique_ptr<http::Server> server_;
+};
+
+ControlLinkOptions Options(const FakeServer& s) {
+  ControlLinkOptions o{.server_url = s.url(), .token = kGatewayToken};
+  o.retry = 100ms;
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+bool Eventually(const std::function<bool()>& f, std::chrono::milliseconds within = 5s) {
+  const auto end = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return f();
+}
+
+TEST(ControlLink, ConnectNamesTheServerAndWhyItRefused) {
+  FakeServer server;
+  ControlLinkOptions o = Options(server);
+  o.token = kToken1;
+  StatusOr<std::unique_ptr<ControlLink>> bad = ControlLink::Connect(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_NE(bad.status().message().find("server " + server.url()), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("unknown key"), std::string::npos) << bad.status().message();
+
+  o.token = "";
+  EXPECT_EQ(ControlLink::Connect(o).status().code(), StatusCode::kInvalidArgument);
+  o = Options(server);
+  o.server_url = "http://127.0.0.1:1";  // nothing listens there
+  o.call_timeout = 2s;
+  StatusOr<std::unique_ptr<ControlLink>> unreachable = ControlLink::Connect(o);
+  ASSERT_FALSE(unreachable.ok());
+  EXPECT_EQ(unreachable.status().code(), StatusCode::kUnavailable) << unreachable.status().ToString();
+}
+
+TEST(ControlLink, AuthenticatesByDigestAndFollowsTheServersState) {
+  FakeServer server;
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(Options(server));
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  Directory* dir = (*link)->directory();
+  std::shared_ptr<const Route> chat = dir->Lookup("chat");
+  ASSERT_NE(chat, nullptr);
+  EXPECT_EQ(chat->deployment, "acme/chat");
+  EXPECT_EQ(chat->tenant, "acme");
+  EXPECT_EQ(chat->ReadyCount(), 0);
+  EXPECT_EQ(dir->Lookup("sql"), chat);  // an adapter routes to its base's deployment
+  EXPECT_EQ(dir->Lookup("nope"), nullptr);
+  EXPECT_EQ(dir->List().size(), 1u);
+
+  Authenticator authenticate = (*link)->authenticator();
+  StatusOr<CallerRef> one = authenticate("Bearer " + kToken1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ((*one)->key_id, "0000000000b1");
+  EXPECT_EQ((*one)->tenant, "acme");
+  EXPECT_EQ((*one)->tenant_limits.rpm, 60);
+  EXPECT_EQ((*one)->tenant_limits.budget_tokens, 1000);
+  EXPECT_TRUE((*one)->models.empty());
+  StatusOr<CallerRef> two = authenticate("Bearer " + kToken2);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ((*two)->models, std::vector<std::string>{"*"});
+  EXPECT_EQ(authenticate("Bearer " + kToken3).status().message(), "key expired");
+  std::string wrong = kToken1;
+  wrong.back() = 'e';  // the right id, a wrong secret
+  EXPECT_EQ(authenticate("Bearer " + wrong).status().message(), "unknown key");
+  EXPECT_EQ(authenticate("Bearer sk-123").status().message(), "malformed token");
+  EXPECT_EQ(authenticate("").status().code(), StatusCode::kUnauthenticated);
+
+  // The server's replica becomes ready and key 1 goes: the link follows within its long poll.
+  std::function<uint64_t()> epoch = (*link)->auth_epoch();
+  const uint64_t e0 = epoch();
+  const uint64_t v0 = dir->Version();
+  server.Set(FakeServer::State(true, false));
+  EXPECT_NE(dir->WaitForChange(v0, 5s), v0);
+  ASSERT_TRUE(Eventually([&] { return dir->Lookup("chat")->ReadyCount() == 1; }));
+  EXPECT_EQ(authenticate("Bearer " + kToken1).status().message(), "unknown key");
+  EXPECT_NE(epoch(), e0);
+  EXPECT_TRUE(Eventually([&] { return (*link)->stats().version == "r0"; })) << (*link)->stats().version;
+  EXPECT_GE((*link)->stats().applied, 2u);
+  (*link)->Stop();
+}
+
+TEST(ControlLink, AMalformedStateIsRefusedAndTheLastOneServes) {
+  FakeServer server;
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(Options(server));
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  json bad = FakeServer::State(true, true);
+  bad["routes"][0].erase("model");
+  Status st = (*link)->Apply(bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("routes[0].model"), std::string::npos) << st.message();
+  bad = FakeServer::State(true, true);
+  bad["keys"][0]["expiresAt"] = "tomorrow";
+  EXPECT_NE((*link)->Apply(bad).message().find("keys[0].expiresAt"), std::string::npos);
+  EXPECT_NE((*link)->Apply(json::array()).message().find("expected an object"), std::string::npos);
+  bad = FakeServer::State(true, true);
+  bad["routes"][0]["replicas"][0]["ready"] = "yes";
+  EXPECT_NE((*link)->Apply(bad).message().find("replicas[0].ready"), std::string::npos);
+  // Nothing of those took: the first state still serves.
+  ASSERT_NE((*link)->directory()->Lookup("chat"), nullptr);
+  EXPECT_EQ((*link)->directory()->Lookup("chat")->ReadyCount(), 0);
+  EXPECT_TRUE((*link)->authenticator()("Bearer " + kToken1).ok());
+  EXPECT_EQ((*link)->stats().applied, 1u);
+}
+
+TEST(ControlLink, SignalsAreSummedAndAHeldRequestGoesAtOnce) {
+  FakeServer server;
+  ControlLinkOptions o = Options(server);
+  o.signal_period = 30s;  // only an urgent signal (or Stop) sends within this test
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  Directory* dir = (*link)->directory();
+  for (int i = 0; i < 3; ++i) dir->NoteArrival("acme/chat");
+  dir->NoteActivity("acme/other");
+  const auto t0 = std::chrono::steady_clock::now();
+  dir->WantReplicas("acme/chat", 1);
+  json sent = server.WaitSignal([](const json& s) { return s.dump().find("acme/chat") != std::string::npos; }, 5s);
+  ASSERT_FALSE(sent.is_null()) << "no signal within 5 s of a held request";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  bool chat = false, other = false;
+  for (const json& d : sent["deployments"]) {
+    if (d["name"] == "acme/chat") {
+      chat = true;
+      EXPECT_EQ(d["arrivals"], 3);
+      EXPECT_EQ(d["held"], 1);
+      EXPECT_EQ(d["active"], true);
+    } else if (d["name"] == "acme/other") {
+      other = true;
+      EXPECT_EQ(d["arrivals"], 0);
+      EXPECT_EQ(d["active"], true);
+      EXPECT_FALSE(d.contains("held"));
+    }
+  }
+  EXPECT_TRUE(chat && other) << sent.dump();
+
+  // What comes later goes when the link stops, which does not wait out the long poll.
+  dir->NoteArrival("acme/late");
+  ASSERT_TRUE(Eventually([&] { return server.polls() >= 2; }));  // the feed thread is in a long poll
+  const auto s0 = std::chrono::steady_clock::now();
+  (*link)->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - s0, 3s);
+  EXPECT_FALSE(server.WaitSignal([](const json& s) { return s.dump().find("acme/late") != std::string::npos; }, 1s).is_null());
+  EXPECT_GE((*link)->stats().signals_sent, 2);
+}
+
+TEST(ControlLink, TheObjectsStoreCarriesTheServersErrors) {
+  FakeServer server;
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(Options(server));
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  store::Store* s = (*link)->store();
+  StatusOr<store::json> u = s->Update({{"kind", "GatewayBudget"}, {"metadata", {{"name", "budget-1"}, {"tenant", "lean"}}}}, 5);
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(u.status().code(), StatusCode::kAborted);  // the budget ledger re-reads and retries on it
+  EXPECT_NE(u.status().message().find("resourceVersion conflict"), std::string::npos);
+  StatusOr<store::json> g = s->Get({"GatewayBudget", "lean", "budget-2"});
+  EXPECT_EQ(g.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(g.status().message().find("GatewayBudget lean/budget-2"), std::string::npos) << g.status().message();
+  StatusOr<store::ListResult> l = s->List({.kind = "GatewayRate", .limit = 500});
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->items.size(), 1u);
+  EXPECT_EQ(l->continue_token, "next");
+  EXPECT_EQ(l->resource_version, 42);
+  EXPECT_EQ(s->List({.kind = "GatewayRate", .label_selector = "a=b"}).status().code(), StatusCode::kUnimplemented);
+}
+
+TEST(ControlLink, KeepsServingTheLastStateWhileTheServerIsAway) {
+  auto server = std::make_unique<FakeServer>();
+  ControlLinkOptions o = Options(*server);
+  std::mutex log_mu;
+  std::vector<std::string> logged;
+  o.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> l(log_mu);
+    logged.push_back(line);
+  };
+  o.poll_wait = 200ms;
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  server->Stop();
+  ASSERT_TRUE(Eventually([&] { return !(*link)->stats().connected; }));
+  EXPECT_NE((*link)->directory()->Lookup("chat"), nullptr);
+  EXPECT_TRUE((*link)->authenticator()("Bearer " + kToken1).ok());
+  std::lock_guard<std::mutex> l(log_mu);
+  ASSERT_EQ(logged.size(), 1u);  // said once, not on every retry
+  EXPECT_NE(logged[0].find("serving the last state, retrying"), std::string::npos) << logged[0];
+}
+
+}  // namespace
+}  // namespace aicloud::gateway
