@@ -8,7 +8,8 @@
 # gets 403 (an unknown key 401); a canary revision gets its weight's share of requests and
 # `aicloud rollout undo` retires it; a burst scales replicas up and status.observed reports what
 # the replicas served; a tenant over its token budget gets 429 and concurrent requests never
-# spend past the budget; idleness scales the deployment to zero.
+# spend past the budget, and its serving usage adds up on the server; idleness scales the
+# deployment to zero.
 # Needs curl, jq, xargs. Prints PASS/FAIL lines; exits 1 when a check failed.
 set -u
 bin=$(realpath "${1:?usage: tests/e2e_deploy.sh path/to/aicloud}")
@@ -221,6 +222,15 @@ else
 fi
 msg=$(cat "$tmp"/b*.json | jq -r 'select(.error) | .error.message' | head -1)
 grep -qi budget <<<"$msg" && pass budget-message || fail budget-message "'$msg'"
+
+# Its usage records add up in the tenant's serving usage (summed into the store every 5 s).
+c=serving-usage
+admin_token=$(jq -r .token "$AICLOUD_CONFIG")
+if wait_until 20 sh -c "[ \"\$(curl -sS '$url/api/v1/usage?tenant=lean&since=1d' -H 'Authorization: Bearer $admin_token' | jq '.tenants.lean.serving | (.promptTokens + .completionTokens), .requests' | tr '\n' ' ')\" = '$spent 60 ' ]"; then
+  pass "$c (tenant lean: 60 requests, $spent tokens)"
+else
+  fail $c "expected $spent tokens in 60 requests: $(curl -sS "$url/api/v1/usage?tenant=lean&since=1d" -H "Authorization: Bearer $admin_token" | jq -c .tenants.lean)"
+fi
 
 # The front door answers unary requests on its I/O thread (the gateway's fast path), and its
 # metrics are in the server's /metrics: the 60 budget requests alone are unary.

@@ -8,7 +8,8 @@
 # reason; a chat request through a gateway with a tenant key is held while a replica starts (the
 # gateway's signal scales the deployment from zero) and streams back; a key sees its tenant's
 # models only and another tenant's key gets 403, an unknown key 401; concurrent requests through
-# both gateways never spend past a tenant's token budget (shared through the server); a key
+# both gateways never spend past a tenant's token budget (shared through the server) and add up
+# in its serving usage (`aicloud usage`); a key
 # revoked on the server is refused by a gateway within seconds; idleness scales the deployment
 # back to zero; a gateway keeps its last state while the server is stopped.
 # Needs curl, jq, xargs. Prints PASS/FAIL lines; exits 1 when a check failed.
@@ -160,7 +161,8 @@ seq 60 | xargs -P 60 -I{} sh -c "g=\$(( {} % 2 )); u=\$( [ \$g = 0 ] && echo '$g
 ok=$(grep -c '^200$' "$tmp/codes.txt")
 limited=$(grep -c '^429$' "$tmp/codes.txt")
 spent=$(cat "$tmp"/b*.json 2>/dev/null | jq -s '[.[] | select(.usage) | .usage.total_tokens] | add // 0')
-answered_by() { jq -s '[.[] | select(.tenant == "lean" and .status == 200)] | length' "$tmp/usage$1.jsonl" 2>/dev/null; }
+answered_by() { sed 's/^usage //' "$tmp/usage$1.jsonl" | jq -s '[.[] | select(.tenant == "lean" and .status == 200)] | length'; }
+sleep 0.5  # the usage logs are written every 100 ms
 by_gw="$(answered_by 1) and $(answered_by 2)"
 if [ "$ok" -ge 2 ] && [ "$limited" -ge 1 ] && [ "$spent" -le 400 ]; then
   pass "$c ($ok answered, $limited refused with 429, $spent of 400 tokens spent; answered by gateway 1 and 2: $by_gw)"
@@ -174,6 +176,19 @@ stored=$(curl -sS "$url/api/v1/gateway/objects/GatewayBudget?tenant=lean" -H "Au
   | jq '[.items[] | select(.spec.scope == "tenant lean") | .status.spentTokens] | add // 0')
 wait_until 10 sh -c "[ \$(curl -sS '$url/api/v1/gateway/objects/GatewayBudget?tenant=lean' -H 'Authorization: Bearer $(jq -r .token "$AICLOUD_CONFIG")' | jq '[.items[] | select(.spec.scope == \"tenant lean\") | .status.spentTokens] | add // 0') = $spent ]" \
   && pass "$c (GatewayBudget of tenant lean: $spent tokens spent)" || fail $c "stored $stored, answered $spent"
+
+# Both gateways' usage records add up in the tenant's serving usage on the server (summed every
+# 5 s): the tokens the answers reported, and every request, refusals included.
+c=usage-on-server
+served() { curl -sS "$url/api/v1/usage?tenant=lean&since=1d" -H "Authorization: Bearer $(jq -r .token "$AICLOUD_CONFIG")" \
+  | jq -c '.tenants.lean.serving // {}'; }
+if wait_until 20 sh -c "[ \"\$(curl -sS '$url/api/v1/usage?tenant=lean&since=1d' -H 'Authorization: Bearer $(jq -r .token "$AICLOUD_CONFIG")' | jq '.tenants.lean.serving | (.promptTokens + .completionTokens), .requests' | tr '\n' ' ')\" = '$spent 60 ' ]"; then
+  pass "$c ($(served))"
+else
+  fail $c "expected $spent tokens in 60 requests: $(served)"
+fi
+"$bin" usage --since 1d -A >"$tmp/usage.txt" 2>&1
+grep -qE '^lean +mini +60 ' "$tmp/usage.txt" && pass usage-table || fail usage-table "$(cat "$tmp/usage.txt")"
 
 # 6. A key revoked on the server stops working at the gateways.
 c=revoked-key

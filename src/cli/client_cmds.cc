@@ -706,7 +706,8 @@ void AddClient(CLI::App& app, int* exit_code) {
   label->callback([=] { *exit_code = Label(*flags, *what, *name, *label_changes, *overwrite); });
 
   auto since = std::make_shared<std::string>("7d");
-  auto* usage = app.add_subcommand("usage", "GPU-seconds, CPU-seconds and cost per tenant and queue");
+  auto* usage = app.add_subcommand(
+      "usage", "GPU-seconds, CPU-seconds and cost per tenant and queue; requests and tokens served per model");
   usage->add_option("--since", *since, "window: 7d, 24h, 30m (default 7d)");
   AddConnFlags(usage, flags.get());
   usage->callback([=] {
@@ -737,6 +738,26 @@ void AddClient(CLI::App& app, int* exit_code) {
       }
     }
     PrintTable(rows);
+    // Serving through the gateways: per tenant and model (ServingUsage objects).
+    std::vector<std::vector<std::string>> serving = {
+        {"TENANT", "MODEL", "REQUESTS", "ERRORS", "PROMPT-TOKENS", "COMPLETION-TOKENS", "COST", "MEAN-LATENCY"}};
+    auto latency = [&](const json& counts) {
+      const int64_t n = counts.value("requests", int64_t{0});
+      return n > 0 ? fmt(counts.value("latencySeconds", 0.0) / static_cast<double>(n)) + "s" : std::string("-");
+    };
+    for (const auto& [t, row] : (*r)["tenants"].items()) {
+      if (!row.contains("serving")) continue;
+      const json models = row["serving"].value("models", json::object());
+      for (const auto& [m, n] : models.items()) {
+        serving.push_back({t, m, std::to_string(n.value("requests", int64_t{0})), std::to_string(n.value("errors", int64_t{0})),
+                           std::to_string(n.value("promptTokens", int64_t{0})),
+                           std::to_string(n.value("completionTokens", int64_t{0})), fmt(n.value("cost", 0.0)), latency(n)});
+      }
+    }
+    if (serving.size() > 1) {
+      std::cout << "\n";
+      PrintTable(serving);
+    }
   });
 
   auto* audit = app.add_subcommand("audit", "Read and verify the hash-chained audit log");

@@ -14,6 +14,7 @@
 #include "gateway/directory.h"
 #include "gateway/gateway.h"
 #include "gateway/usage.h"
+#include "gateway/usage_tally.h"
 
 namespace aicloud::cli {
 namespace {
@@ -194,6 +195,8 @@ struct FrontDoor::Impl {
   std::unique_ptr<DeploymentDirectory> directory;
   std::unique_ptr<TenantLimits> limits;
   gateway::LogUsageSink usage;
+  // Sums the records into the tenants' ServingUsage objects, then hands them to `usage`.
+  std::unique_ptr<gateway::UsageTally> tally;
   std::unique_ptr<gateway::Gateway> gateway;
 };
 
@@ -207,6 +210,7 @@ std::function<std::string()> FrontDoor::Metrics() {
 
 void FrontDoor::Stop() {
   if (impl_->gateway) impl_->gateway->Stop();
+  impl_->tally.reset();  // the last sums go to the store, which the server still holds
   if (impl_->directory) impl_->directory->Stop();
   if (impl_->limits) impl_->limits->Stop();
 }
@@ -216,6 +220,7 @@ std::function<StatusOr<http::AsyncHandler>(control::ApiServer&)> FrontDoor::Fact
   return [impl](control::ApiServer& s) -> StatusOr<http::AsyncHandler> {
     impl->directory = std::make_unique<DeploymentDirectory>(s.deployments());
     impl->limits = std::make_unique<TenantLimits>(s.store());
+    impl->tally = std::make_unique<gateway::UsageTally>(s.store(), gateway::UsageTallyOptions{.next = &impl->usage});
     auth::AuthService* auth = s.auth();
     TenantLimits* limits = impl->limits.get();
     // API keys of the server: a key restricted to a tenant calls that tenant's models (under the
@@ -238,7 +243,7 @@ std::function<StatusOr<http::AsyncHandler>(control::ApiServer&)> FrontDoor::Fact
     auto epochs = std::make_shared<gateway::EpochOfTwo>();
     auto auth_epoch = [auth, limits, epochs] { return epochs->Of(auth->Epoch(), limits->Version()); };
     StatusOr<std::unique_ptr<gateway::Gateway>> g = gateway::Gateway::Create(
-        {.directory = impl->directory.get(), .authenticate = authenticate, .auth_epoch = auth_epoch, .usage = &impl->usage,
+        {.directory = impl->directory.get(), .authenticate = authenticate, .auth_epoch = auth_epoch, .usage = impl->tally.get(),
          .store = s.store(), .clock = nullptr},
         {});
     if (!g.ok()) return g.status();

@@ -15,6 +15,7 @@
 #include "gateway/config.h"
 #include "gateway/control_link.h"
 #include "gateway/gateway.h"
+#include "gateway/usage_tally.h"
 #include "store/sqlite/sqlite_store.h"
 
 namespace aicloud::cli {
@@ -127,6 +128,9 @@ int Run(const GatewayFlags& f) {
     if (usage_file == nullptr) return Fail(InvalidArgumentError("--usage-log " + f.usage_log + ": cannot open for appending"));
     sink = std::make_unique<gateway::LogUsageSink>(usage_file);
   }
+  // With a server, the records are summed into its tenants' usage too (ServingUsage objects).
+  std::unique_ptr<gateway::UsageTally> tally;
+  if (link) tally = std::make_unique<gateway::UsageTally>(link->store(), gateway::UsageTallyOptions{.next = sink.get()});
   std::unique_ptr<store::sqlite::SqliteStore> budget_db;
   store::Store* store = link ? link->store() : nullptr;
   if (!f.budget_db.empty()) {
@@ -145,7 +149,9 @@ int Run(const GatewayFlags& f) {
   o.default_max_tokens = f.default_max_tokens;
   o.fast_path = !f.no_fast_path;
   StatusOr<std::unique_ptr<gateway::Gateway>> gw = gateway::Gateway::Create(
-      {.directory = directory, .authenticate = authenticate, .auth_epoch = auth_epoch, .usage = sink.get(), .store = store}, o);
+      {.directory = directory, .authenticate = authenticate, .auth_epoch = auth_epoch, .usage = tally ? static_cast<gateway::UsageSink*>(tally.get()) : sink.get(),
+       .store = store},
+      o);
   if (!gw.ok()) return Fail(gw.status());
 
   StatusOr<std::unique_ptr<gateway::GatewayServer>> server = gateway::GatewayServer::Start(
@@ -160,7 +166,8 @@ int Run(const GatewayFlags& f) {
   (*server)->Stop();
   (*gw)->Stop();
   gw->reset();
-  if (link) link->Stop();  // its last signals (arrivals, activity) go to the server
+  tally.reset();           // the last usage sums go to the server
+  if (link) link->Stop();  // and its last signals (arrivals, activity)
   sink.reset();
   if (usage_file != nullptr) std::fclose(usage_file);
   return 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <thread>
 
 #include "control/deployment.h"
@@ -365,6 +366,47 @@ void Api::Routes() {
           json& qr = row["queues"][q];
           if (qr.is_null()) qr = {{"gpuSeconds", 0.0}, {"cpuSeconds", 0.0}, {"costUsd", 0.0}};
           qr[f] = qr[f].get<double>() + u.value(f, 0.0);
+        }
+      }
+      token = page->continue_token;
+    } while (!token.empty());
+    // Serving: the gateways' ServingUsage objects (gateway/usage_tally.h), one per tenant and UTC
+    // day, the days that overlap the window.
+    char first_day[16] = "";
+    if (*since > 0) {
+      const std::time_t t = static_cast<std::time_t>(cutoff);
+      std::tm tm{};
+      gmtime_r(&t, &tm);
+      std::strftime(first_day, sizeof first_day, "%Y-%m-%d", &tm);
+    }
+    token.clear();
+    do {
+      store::ListOptions o{.kind = "ServingUsage", .limit = 1000, .continue_token = token};
+      if (!tenant.empty()) o.tenant = tenant;
+      StatusOr<store::ListResult> page = store_->List(o);
+      if (!page.ok()) return Error(page.status());
+      for (const json& u : page->items) {
+        if (u["metadata"].value("name", "") < first_day) continue;
+        const json& models = u.value("status", json::object()).value("models", json::object());
+        if (!models.is_object()) continue;
+        json& row = by_tenant[u["metadata"].value("tenant", "")];
+        if (row.is_null()) row = {{"jobs", 0}, {"gpuSeconds", 0.0}, {"cpuSeconds", 0.0}, {"costUsd", 0.0}, {"queues", json::object()}};
+        json& serving = row["serving"];
+        if (serving.is_null()) serving = {{"models", json::object()}};
+        for (const auto& [model, counts] : models.items()) {
+          if (!counts.is_object()) continue;
+          json& per_model = serving["models"][model];
+          if (!per_model.is_object()) per_model = json::object();
+          for (json* into : {&serving, &per_model}) {
+            for (const char* f : {"requests", "errors", "promptTokens", "completionTokens"}) {
+              const json& v = counts.value(f, json(0));
+              (*into)[f] = into->value(f, int64_t{0}) + (v.is_number_integer() ? v.get<int64_t>() : 0);
+            }
+            for (const char* f : {"cost", "latencySeconds", "heldSeconds"}) {
+              const json& v = counts.value(f, json(0.0));
+              (*into)[f] = into->value(f, 0.0) + (v.is_number() ? v.get<double>() : 0.0);
+            }
+          }
         }
       }
       token = page->continue_token;

@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -715,7 +716,7 @@ TEST_F(GatewayProtocolTest, SignalsAndObjectsRefuseBadInputNamingTheField) {
             200);
 
   // Only the gateways' own kinds are reachable.
-  EXPECT_NE(error_of("GET", "/api/v1/gateway/objects/Job", "").find("only GatewayBudget and GatewayRate"), std::string::npos);
+  EXPECT_NE(error_of("GET", "/api/v1/gateway/objects/Job", "").find("only GatewayBudget, GatewayRate and ServingUsage"), std::string::npos);
   EXPECT_NE(error_of("POST", "/api/v1/gateway/objects",
                      R"({"ops": [{"op": "create", "object": {"apiVersion": "aicloud/v1", "kind": "Tenant", "metadata": {"name": "sneaky"}}}]})")
                 .find("only GatewayBudget"),
@@ -765,6 +766,48 @@ TEST_F(GatewayProtocolTest, ObjectsCommitWithOptimisticConcurrency) {
                 .status,
             200);
   EXPECT_EQ(Send(gw, "GET", "/api/v1/gateway/objects/GatewayRate/" + name).status, 404);
+}
+
+TEST_F(ApiTest, UsageAddsTheGatewaysServingUsageWithinTheWindow) {
+  auto day = [](int days_ago) {
+    const std::time_t t = std::time(nullptr) - days_ago * 86400;
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char b[16];
+    std::strftime(b, sizeof b, "%Y-%m-%d", &tm);
+    return std::string(b);
+  };
+  auto put = [&](const std::string& tenant, const std::string& d, int64_t requests, int64_t prompt) {
+    json o = {{"apiVersion", "aicloud/v1"},
+              {"kind", "ServingUsage"},
+              {"metadata", {{"tenant", tenant}, {"name", d}}},
+              {"spec", {{"day", d}}},
+              {"status", {{"models", {{"chat", {{"requests", requests}, {"errors", 1}, {"promptTokens", prompt},
+                                                {"completionTokens", 5}, {"cost", 0.25}}},
+                                      {"odd", "not an object"}}}}}};
+    ASSERT_TRUE(server_->store()->Create(o).ok());
+  };
+  put("a", day(0), 7, 100);
+  put("a", day(30), 1000, 1000);  // outside a 7-day window
+  put("b", day(1), 3, 30);
+  http::ClientResponse r = AdminSend("GET", "/api/v1/usage?tenant=a&since=7d");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json a = json::parse(r.body)["tenants"]["a"]["serving"];
+  EXPECT_EQ(a["requests"], 7);
+  EXPECT_EQ(a["errors"], 1);
+  EXPECT_EQ(a["promptTokens"], 100);
+  EXPECT_EQ(a["completionTokens"], 5);
+  EXPECT_DOUBLE_EQ(a["cost"].get<double>(), 0.25);
+  EXPECT_EQ(a["models"]["chat"]["requests"], 7);
+  EXPECT_FALSE(a["models"].contains("odd"));
+  EXPECT_FALSE(json::parse(r.body)["tenants"].contains("b"));
+  // Every tenant, a longer window.
+  const json all = json::parse(AdminSend("GET", "/api/v1/usage?since=60d").body)["tenants"];
+  EXPECT_EQ(all["a"]["serving"]["requests"], 1007);
+  EXPECT_EQ(all["b"]["serving"]["promptTokens"], 30);
+  // A developer of tenant a reads a's usage, not b's.
+  EXPECT_EQ(Send((*tokens_)[kDeveloper], "GET", "/api/v1/usage?tenant=a").status, 200);
+  EXPECT_EQ(Send((*tokens_)[kDeveloper], "GET", "/api/v1/usage?tenant=b").status, 403);
 }
 
 // --- manifest parser under random mutation (the fuzz target's path, without clang) ------------

@@ -13,12 +13,16 @@ using nlohmann::json;
 
 namespace {
 
-// The kinds gateways share through the server (gateway/budget.cc, gateway/rate_share.cc).
-bool GatewayKind(const std::string& kind) { return kind == "GatewayBudget" || kind == "GatewayRate"; }
+// The kinds gateways share through the server (gateway/budget.cc, gateway/rate_share.cc,
+// gateway/usage_tally.h).
+bool GatewayKind(const std::string& kind) {
+  return kind == "GatewayBudget" || kind == "GatewayRate" || kind == "ServingUsage";
+}
 
 Status CheckKind(const std::string& kind) {
   if (GatewayKind(kind)) return OkStatus();
-  return InvalidArgumentError("kind \"" + kind + "\": gateways reach only GatewayBudget and GatewayRate objects");
+  return InvalidArgumentError("kind \"" + kind +
+                              "\": gateways reach only GatewayBudget, GatewayRate and ServingUsage objects");
 }
 
 constexpr int64_t kMaxSignalCount = 1'000'000;

@@ -23,7 +23,8 @@
 // "active": true, "held": 1}]}, the sums since the gateway's last post (sent every 200 ms while
 // there are any, at once when a request starts waiting). Objects: the GatewayBudget and
 // GatewayRate objects through which gateways share budgets and rate limits (gateway/budget.h,
-// gateway/rate_share.h); no other kind is reachable here.
+// gateway/rate_share.h), and the ServingUsage objects they add tenants' usage to
+// (gateway/usage_tally.h); no other kind is reachable here.
 #pragma once
 
 #include <chrono>
@@ -55,7 +56,8 @@ class GatewayFeed {
   // for a malformed body; names of deployments the controller does not serve are skipped.
   Status Signal(const nlohmann::json& body);
 
-  // The objects endpoints. INVALID_ARGUMENT for a kind other than GatewayBudget/GatewayRate.
+  // The objects endpoints. INVALID_ARGUMENT for a kind other than GatewayBudget, GatewayRate and
+  // ServingUsage.
   StatusOr<nlohmann::json> Get(const std::string& kind, const std::string& tenant, const std::string& name);
   StatusOr<nlohmann::json> List(const std::string& kind, const std::optional<std::string>& tenant, int64_t limit,
                                 const std::string& continue_token);

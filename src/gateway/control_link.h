@@ -19,10 +19,11 @@
 // - Signals go back in POST /api/v1/gateway/signals: per deployment the arrivals since the last
 //   post, whether it was active, and requests held for a replica — every `signal_period` while
 //   there are any, and at once when a request starts waiting (scale from zero).
-// - store() is a store::Store over /api/v1/gateway/objects, reaching only the GatewayBudget and
-//   GatewayRate objects: the budget ledger and the shared rate limits of every gateway (and of
-//   the server's front door) meet there, so concurrent requests through any of them cannot
-//   overspend one budget. It serves Get, List and Commit; Changes answers UNIMPLEMENTED.
+// - store() is a store::Store over /api/v1/gateway/objects, reaching only the GatewayBudget,
+//   GatewayRate and ServingUsage objects: the budget ledger, the shared rate limits and the
+//   tenants' usage of every gateway (and of the server's front door) meet there, so concurrent
+//   requests through any of them cannot overspend one budget, and usage adds up. It serves Get,
+//   List and Commit; Changes answers UNIMPLEMENTED.
 #pragma once
 
 #include <chrono>

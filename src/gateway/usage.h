@@ -1,6 +1,7 @@
 // Per-request usage records: who called which model on which replica, what it cost, how long it
 // took and how it ended. The gateway hands one record per request (answered or refused) to a
-// UsageSink; the server's sink writes them to the tenant's usage, `aicloud gateway` logs them.
+// UsageSink: `aicloud gateway` logs them, and on a server a UsageTally (usage_tally.h) also adds
+// them up in the tenants' usage.
 //
 //   class TenantUsage : public UsageSink {
 //     void Record(UsageRecord r) override { queue_.Push(std::move(r)); }   // never block long
