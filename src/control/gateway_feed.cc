@@ -52,7 +52,14 @@ json ServingRouteJson(const ServingRoute& r) {
 GatewayFeed::GatewayFeed(store::Store* store, auth::AuthService* auth, DeploymentController* deployments)
     : store_(store), auth_(auth), deployments_(deployments) {}
 
-StatusOr<json> GatewayFeed::Tenants() {
+GatewayFeed::Part GatewayFeed::PartOf(json value) {
+  Part p;
+  p.hash = std::hash<std::string>{}(value.dump());
+  p.value = std::make_shared<const json>(std::move(value));
+  return p;
+}
+
+StatusOr<GatewayFeed::Part> GatewayFeed::Tenants() {
   const int64_t revision = store_->Revision();
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -69,44 +76,76 @@ StatusOr<json> GatewayFeed::Tenants() {
     }
     token = page->continue_token;
   } while (!token.empty());
+  Part part = PartOf(std::move(tenants));
   std::lock_guard<std::mutex> l(mu_);
   tenants_revision_ = revision;
-  tenants_ = tenants;
-  return tenants;
+  tenants_ = part;
+  return part;
 }
 
-StatusOr<json> GatewayFeed::Build() {
-  json routes = json::array();
-  if (deployments_ != nullptr) {
-    for (const ServingRoute& r : deployments_->Routes()) routes.push_back(ServingRouteJson(r));
+StatusOr<GatewayFeed::Part> GatewayFeed::Keys() {
+  // What keys authenticate to changes only with the auth service's epoch (a new RBAC snapshot,
+  // or a key's expiry passing).
+  const uint64_t epoch = auth_->Epoch();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (keys_epoch_ && *keys_epoch_ == epoch) return keys_;
   }
   StatusOr<std::vector<auth::ServingKey>> keys = auth_->ServingKeys();
   if (!keys.ok()) return keys.status();
-  json key_list = json::array();
+  json list = json::array();
   for (const auth::ServingKey& k : *keys) {
     json j = {{"id", k.id}, {"hash", k.hash}, {"allModels", k.all_models}};
     if (k.tenant) j["tenant"] = *k.tenant;
     if (k.expires) {
       j["expiresAt"] = std::chrono::duration_cast<std::chrono::seconds>(k.expires->time_since_epoch()).count();
     }
-    key_list.push_back(std::move(j));
+    list.push_back(std::move(j));
   }
-  StatusOr<json> tenants = Tenants();
+  Part part = PartOf(std::move(list));
+  std::lock_guard<std::mutex> l(mu_);
+  keys_epoch_ = epoch;
+  keys_ = part;
+  return part;
+}
+
+StatusOr<GatewayFeed::Parts> GatewayFeed::Current() {
+  json routes = json::array();
+  if (deployments_ != nullptr) {
+    for (const ServingRoute& r : deployments_->Routes()) routes.push_back(ServingRouteJson(r));
+  }
+  StatusOr<Part> keys = Keys();
+  if (!keys.ok()) return keys.status();
+  StatusOr<Part> tenants = Tenants();
   if (!tenants.ok()) return tenants.status();
-  json doc = {{"routes", std::move(routes)}, {"keys", std::move(key_list)}, {"tenants", std::move(*tenants)}};
+  Parts p{PartOf(std::move(routes)), std::move(*keys), std::move(*tenants), ""};
+  size_t h = p.routes.hash;
+  for (size_t x : {p.keys.hash, p.tenants.hash}) h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   char version[17];
-  std::snprintf(version, sizeof version, "%016zx", std::hash<std::string>{}(doc.dump()));
-  doc["version"] = version;
-  return doc;
+  std::snprintf(version, sizeof version, "%016zx", h);
+  p.version = version;
+  return p;
+}
+
+json GatewayFeed::Document(const Parts& p) {
+  return {{"version", p.version}, {"routes", *p.routes.value}, {"keys", *p.keys.value}, {"tenants", *p.tenants.value}};
+}
+
+StatusOr<json> GatewayFeed::Build() {
+  StatusOr<Parts> p = Current();
+  if (!p.ok()) return p.status();
+  return Document(*p);
 }
 
 StatusOr<json> GatewayFeed::Wait(const std::string& seen, std::chrono::milliseconds wait) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   for (;;) {
-    StatusOr<json> doc = Build();
-    if (!doc.ok() || (*doc)["version"] != seen) return doc;
+    // Each look costs the routes' JSON; keys and tenants are rebuilt only when they may have
+    // changed, and the document only to answer.
+    StatusOr<Parts> p = Current();
+    if (!p.ok()) return p.status();
     const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return doc;
+    if (p->version != seen || now >= deadline) return Document(*p);
     std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kRecheck, deadline - now));
   }
 }

@@ -28,7 +28,9 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -64,14 +66,29 @@ class GatewayFeed {
   StatusOr<nlohmann::json> Commit(const nlohmann::json& body);
 
  private:
-  StatusOr<nlohmann::json> Tenants();
+  // A part of the document and the hash of its text (the version combines the three).
+  struct Part {
+    std::shared_ptr<const nlohmann::json> value;
+    size_t hash = 0;
+  };
+  struct Parts {
+    Part routes, keys, tenants;
+    std::string version;
+  };
+  static Part PartOf(nlohmann::json value);
+  static nlohmann::json Document(const Parts& parts);
+  StatusOr<Parts> Current();
+  StatusOr<Part> Keys();     // rebuilt when the auth service's epoch moved
+  StatusOr<Part> Tenants();  // re-read when the store's revision moved
 
   store::Store* const store_;
   auth::AuthService* const auth_;
   DeploymentController* const deployments_;
   std::mutex mu_;
-  int64_t tenants_revision_ = -1;  // GUARDED_BY(mu_): the store revision tenants_ was read at
-  nlohmann::json tenants_;         // GUARDED_BY(mu_)
+  int64_t tenants_revision_ = -1;        // GUARDED_BY(mu_): the store revision tenants_ was read at
+  Part tenants_;                         // GUARDED_BY(mu_)
+  std::optional<uint64_t> keys_epoch_;   // GUARDED_BY(mu_): the auth epoch keys_ was built at
+  Part keys_;                            // GUARDED_BY(mu_)
 };
 
 }  // namespace aicloud::control
