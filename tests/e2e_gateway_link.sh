@@ -141,6 +141,9 @@ fi
 code=$(chat "$gw_url_2" "$acme" chat 4 | tail -1)
 [ "$code" = 200 ] && pass second-gateway-routes || fail second-gateway-routes "HTTP $code"
 
+curl -sS "$gw_url_2/metrics" | grep -q '^aicloud_gateway_link_connected 1' && pass link-metrics \
+  || fail link-metrics "$(curl -sS "$gw_url_2/metrics" | grep aicloud_gateway_link)"
+
 # 4. RBAC from the server's keys.
 c=models-per-tenant
 m_acme=$(curl -sS "$gw_url_2/v1/models" -H "Authorization: Bearer $acme" | jq -r '[.data[].id] | join(",")')

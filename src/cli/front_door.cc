@@ -248,6 +248,7 @@ std::function<StatusOr<http::AsyncHandler>(control::ApiServer&)> FrontDoor::Fact
         {});
     if (!g.ok()) return g.status();
     impl->gateway = std::move(*g);
+    impl->tally->ExportMetrics(&impl->gateway->metrics());  // scraped only while HTTP serves
     auto router = std::make_shared<http::Router>();
     impl->gateway->AddRoutes(router.get());
     return http::AsyncHandler([router](http::Request& r, http::Responder respond) { router->Dispatch(r, std::move(respond)); });

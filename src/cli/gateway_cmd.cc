@@ -153,6 +153,8 @@ int Run(const GatewayFlags& f) {
        .store = store},
       o);
   if (!gw.ok()) return Fail(gw.status());
+  if (link) link->ExportMetrics(&(*gw)->metrics());
+  if (tally) tally->ExportMetrics(&(*gw)->metrics());
 
   StatusOr<std::unique_ptr<gateway::GatewayServer>> server = gateway::GatewayServer::Start(
       gw->get(), {.host = listen->first, .port = listen->second, .io_threads = f.threads, .worker_threads = f.workers},

@@ -445,6 +445,19 @@ Status ControlLink::Apply(const json& doc) {
   return OkStatus();
 }
 
+void ControlLink::ExportMetrics(Metrics* metrics) {
+  metrics->AddGaugeFn("aicloud_gateway_link_connected", "1 while the last poll of the server's serving state succeeded",
+                      {}, [this] { return std::vector<std::pair<LabelValues, double>>{{{}, stats().connected ? 1.0 : 0.0}}; });
+  metrics->AddGaugeFn("aicloud_gateway_link_states_applied", "serving states read from the server and applied", {},
+                      [this] { return std::vector<std::pair<LabelValues, double>>{{{}, static_cast<double>(stats().applied)}}; });
+  metrics->AddGaugeFn("aicloud_gateway_link_signal_posts", "signal posts to the server (arrivals, activity, held requests)",
+                      {"result"}, [this] {
+                        const Stats s = stats();
+                        return std::vector<std::pair<LabelValues, double>>{
+                            {{"ok"}, static_cast<double>(s.signals_sent)}, {{"failed"}, static_cast<double>(s.signals_failed)}};
+                      });
+}
+
 ControlLink::Stats ControlLink::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   return stats_;

@@ -38,6 +38,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/metrics.h"
 #include "core/status.h"
 #include "gateway/access.h"
 #include "gateway/directory.h"
@@ -89,6 +90,11 @@ class ControlLink {
   // Applies a serving state (what the thread does with each answer; tests). INVALID_ARGUMENT
   // naming the field when malformed: the state in force stays.
   Status Apply(const nlohmann::json& doc);
+
+  // aicloud_gateway_link_* gauges, read from stats() at each scrape: whether the last poll
+  // reached the server, states applied, signal posts sent and failed. The link must outlive
+  // `metrics`' renders.
+  void ExportMetrics(Metrics* metrics);
 
   struct Stats {
     std::string version;   // of the state in force

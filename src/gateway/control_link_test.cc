@@ -304,8 +304,13 @@ TEST(ControlLink, KeepsServingTheLastStateWhileTheServerIsAway) {
   o.poll_wait = 200ms;
   StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
   ASSERT_TRUE(link.ok()) << link.status().ToString();
+  Metrics metrics;
+  (*link)->ExportMetrics(&metrics);
+  EXPECT_NE(metrics.Render().find("aicloud_gateway_link_connected 1"), std::string::npos) << metrics.Render();
+  EXPECT_NE(metrics.Render().find("aicloud_gateway_link_states_applied 1"), std::string::npos);
   server->Stop();
   ASSERT_TRUE(Eventually([&] { return !(*link)->stats().connected; }));
+  EXPECT_NE(metrics.Render().find("aicloud_gateway_link_connected 0"), std::string::npos) << metrics.Render();
   EXPECT_NE((*link)->directory()->Lookup("chat"), nullptr);
   EXPECT_TRUE((*link)->authenticator()("Bearer " + kToken1).ok());
   std::lock_guard<std::mutex> l(log_mu);

@@ -93,6 +93,14 @@ size_t UsageTally::pending_objects() const {
   return pending_.size();
 }
 
+void UsageTally::ExportMetrics(Metrics* metrics) {
+  metrics->AddGaugeFn("aicloud_gateway_usage_pending_objects",
+                      "tenant-day usage sums not yet written to the store (the store refused or was not reached)", {},
+                      [this] { return std::vector<std::pair<LabelValues, double>>{{{}, static_cast<double>(pending_objects())}}; });
+  metrics->AddGaugeFn("aicloud_gateway_usage_dropped", "usage records dropped because the tally's queue was full", {},
+                      [this] { return std::vector<std::pair<LabelValues, double>>{{{}, static_cast<double>(dropped())}}; });
+}
+
 void UsageTally::Sum(const UsageRecord& r) {
   std::string tenant = r.tenant;
   if (tenant.empty()) tenant = r.deployment.substr(0, r.deployment.find('/'));

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/metrics.h"
 #include "core/status.h"
 #include "gateway/usage.h"
 #include "store/store.h"
@@ -64,6 +65,10 @@ class UsageTally final : public UsageSink {
 
   uint64_t dropped() const;
   size_t pending_objects() const;  // (tenant, day) sums not yet in the store
+
+  // aicloud_gateway_usage_pending_objects and aicloud_gateway_usage_dropped, read at each scrape.
+  // The tally must outlive `metrics`' renders.
+  void ExportMetrics(Metrics* metrics);
 
   // The UTC day of a Unix time in milliseconds: "2026-11-29".
   static std::string DayOf(int64_t unix_ms);
