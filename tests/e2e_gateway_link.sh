@@ -66,6 +66,10 @@ kind: User
 metadata: {name: edge}
 ---
 apiVersion: aicloud/v1
+kind: User
+metadata: {name: plain}
+---
+apiVersion: aicloud/v1
 kind: RoleBinding
 metadata: {name: edge-gateway}
 spec: {role: gateway, subjects: [edge]}
@@ -95,6 +99,7 @@ acme=$("$bin" key create --user admin -t acme 2>/dev/null)
 other=$("$bin" key create --user admin -t other 2>/dev/null)
 lean=$("$bin" key create --user admin -t lean 2>/dev/null)
 edge=$("$bin" key create --user edge 2>/dev/null)
+plain=$("$bin" key create --user plain 2>/dev/null)
 [ -n "$acme" ] && [ -n "$other" ] && [ -n "$lean" ] && [ -n "$edge" ] && pass keys || { fail keys "key create failed"; exit 1; }
 
 # 1. A gateway will not start on a key the server refuses, and says why.
@@ -102,8 +107,11 @@ c=refuses-bad-key
 out=$("$bin" gateway --server "$url" --token aic_000000000000_$(printf '0%.0s' $(seq 64)) --listen 127.0.0.1:0 2>&1); rc=$?
 [ $rc != 0 ] && grep -q "unknown key" <<<"$out" && pass $c || fail $c "exit $rc: $out"
 c=refuses-key-without-gateway-role
+out=$("$bin" gateway --server "$url" --token "$plain" --listen 127.0.0.1:0 2>&1); rc=$?
+[ $rc != 0 ] && grep -q "user plain has no role granting get on gateway" <<<"$out" && pass $c || fail $c "exit $rc: $out"
+c=refuses-tenant-key
 out=$("$bin" gateway --server "$url" --token "$acme" --listen 127.0.0.1:0 2>&1); rc=$?
-[ $rc != 0 ] && grep -q "cannot get on gateway" <<<"$out" && pass $c || fail $c "exit $rc: $out"
+[ $rc != 0 ] && grep -q "restricted to tenant acme and cannot get on gateway" <<<"$out" && pass $c || fail $c "exit $rc: $out"
 
 # 2. Two gateways on the server's state.
 start_gateway() {  # start_gateway N: starts one, sets gw_url_N

@@ -611,6 +611,12 @@ StatusOr<std::optional<std::string>> AuthService::Bootstrap() {
       }
       const json& meta = (*cur)["metadata"];
       const json& spec = (*cur)["spec"];
+      // A role of this name without the built-in label was made by an operator before this
+      // built-in existed (one added by an upgrade, as gateway was): it stays theirs.
+      if (!(meta.contains("labels") && meta["labels"].is_object() && meta["labels"].contains(kBuiltinLabel))) {
+        last = OkStatus();
+        break;
+      }
       bool same = spec.is_object() && spec.contains("rules") && spec["rules"] == rules &&
                   meta.contains("labels") && meta["labels"].is_object() &&
                   meta["labels"].contains(kBuiltinLabel) &&

@@ -28,7 +28,9 @@
 //   these roles grants (so a key can never do more than its owner). Absent = owner's full rights.
 // - Built-in roles, upserted by Bootstrap (label aicloud/builtin=true; edits to them are
 //   overwritten at the next start): cluster-admin (* on *), tenant-admin, developer, viewer,
-//   agent, gateway — see BuiltinRoles() in auth.cc for the exact rules.
+//   agent, gateway — see BuiltinRoles() in auth.cc for the exact rules. A Role that has a
+//   built-in's name but not the label (an operator's, made before an upgrade brought the
+//   built-in) is left as it is.
 //
 // Resources are lowercase plurals (tenants, queues, users, roles, rolebindings, apikeys, nodes,
 // racks, jobs, events, auditrecords, usage, logs, agent, deployments, gateway); verbs are get, list,

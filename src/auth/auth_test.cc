@@ -137,7 +137,7 @@ TEST_F(AuthTest, BootstrapOnlyOnce) {
   EXPECT_EQ(admin->user, "admin");
   EXPECT_FALSE(admin->key_tenant.has_value());
   EXPECT_TRUE(admin->key_roles.empty());
-  for (const char* role : {"cluster-admin", "tenant-admin", "developer", "viewer", "agent"}) {
+  for (const char* role : {"cluster-admin", "tenant-admin", "developer", "viewer", "agent", "gateway"}) {
     StatusOr<json> r = store.Get({"Role", "", role});
     ASSERT_TRUE(r.ok()) << role;
     EXPECT_EQ(r->at("metadata").at("labels").at("aicloud/builtin"), "true");
@@ -155,6 +155,18 @@ TEST_F(AuthTest, BootstrapOnlyOnce) {
   ASSERT_TRUE(other.Bootstrap().ok());
   EXPECT_TRUE(store.Get({"Role", "", "viewer"}).ok());
   EXPECT_FALSE(store.Get({"Role", "", "developer"})->at("spec").at("rules").empty());
+
+  // A role an operator made under a built-in's name before an upgrade brought that built-in
+  // (no built-in label) is left as it is.
+  ASSERT_TRUE(store.Delete({"Role", "", "gateway"}, 0).ok());
+  ASSERT_TRUE(store.Create({{"apiVersion", "aicloud/v1"}, {"kind", "Role"}, {"metadata", {{"name", "gateway"}}},
+                            {"spec", {{"rules", json::array({{{"verbs", {"get"}}, {"resources", {"nodes"}}}})}}}})
+                  .ok());
+  ASSERT_TRUE(other.Bootstrap().ok());
+  StatusOr<json> mine = store.Get({"Role", "", "gateway"});
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(mine->at("spec").at("rules")[0].at("resources")[0], "nodes");
+  EXPECT_FALSE(mine->at("metadata").contains("labels"));
 }
 
 TEST_F(AuthTest, Authenticate) {

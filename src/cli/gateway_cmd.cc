@@ -23,7 +23,8 @@ namespace {
 
 struct GatewayFlags {
   std::string upstreams;
-  std::string server, token, ca_file;
+  std::string server, token, ca_file, cert_file, key_file;
+  double max_stale_s = 600;
   std::string listen = "127.0.0.1:8080";
   std::string policy = "score";
   int threads = 1;
@@ -93,8 +94,12 @@ int Run(const GatewayFlags& f) {
     if (token.empty()) {
       return Fail(InvalidArgumentError("--server: give the API key of a user with the gateway role (--token or $AICLOUD_TOKEN)"));
     }
+    if (f.max_stale_s < 0) return Fail(InvalidArgumentError("--max-stale: must be >= 0 (0: no limit)"));
     gateway::ControlLinkOptions lo{.server_url = f.server, .token = token};
     lo.client.ca_file = f.ca_file;
+    lo.client.cert_file = f.cert_file;
+    lo.client.key_file = f.key_file;
+    lo.max_stale = std::chrono::milliseconds(static_cast<int64_t>(f.max_stale_s * 1000));
     StatusOr<std::unique_ptr<gateway::ControlLink>> l = gateway::ControlLink::Connect(lo);
     if (!l.ok()) return Fail(l.status());
     link = std::move(*l);
@@ -184,6 +189,12 @@ void AddGateway(CLI::App& app, int* exit_code) {
       "--server", f->server, "serve this aicloud server's Deployments with its keys, limits and budgets (http(s)://HOST:PORT)");
   cmd->add_option("--token", f->token, "with --server: API key of a user with the gateway role (default $AICLOUD_TOKEN)");
   cmd->add_option("--ca-file", f->ca_file, "with --server: CA certificates that sign the server's TLS certificate");
+  cmd->add_option("--cert", f->cert_file, "with --server: client certificate, for a server that requires one (mTLS)");
+  cmd->add_option("--key", f->key_file, "with --server: the client certificate's private key");
+  cmd->add_option("--max-stale", f->max_stale_s,
+                  "with --server: seconds without reaching the server after which every request gets 503 "
+                  "(revocations would go unseen); 0: no limit")
+      ->capture_default_str();
   cmd->add_option("--upstreams", f->upstreams, "YAML/JSON file: models, replicas, tenants, keys (docs/gateway.md)")
       ->excludes(server);
   cmd->add_option("--listen", f->listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();

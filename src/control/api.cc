@@ -485,7 +485,8 @@ void Api::Routes() {
     if (feed_ == nullptr) return http::Response::Error(404, "not_found", "this server serves no gateways");
     StatusOr<int64_t> wait = ParseInt(r.Query("waitMs", "0"), "waitMs");
     if (!wait.ok()) return Error(wait.status());
-    StatusOr<json> doc = feed_->Wait(r.Query("version"), std::chrono::milliseconds(std::clamp<int64_t>(*wait, 0, 60000)));
+    StatusOr<json> doc = feed_->Wait(r.Query("version"), std::chrono::milliseconds(std::clamp<int64_t>(*wait, 0, 60000)),
+                                     r.client_gone.get());
     if (!doc.ok()) return Error(doc.status());
     return http::Response::Json(200, *doc);
   });

@@ -693,6 +693,40 @@ TEST_F(GatewayProtocolTest, ConfigLongPollsUntilTheStateChanges) {
   EXPECT_EQ(Send(gw, "GET", "/api/v1/gateway/config?waitMs=soon").status, 400);
 }
 
+TEST_F(GatewayProtocolTest, LongPollsHoldAFewWorkersAtMostAndLeaveWithTheirClient) {
+  // This server has 4 workers, so one poll at a time may wait; the API stays served.
+  const std::string gw = NewGatewayToken();
+  const std::string v = json::parse(Send(gw, "GET", "/api/v1/gateway/config").body)["version"];
+  const std::string target = "/api/v1/gateway/config?version=" + v + "&waitMs=";
+  http::CancelSignal leave;
+  std::atomic<bool> a_done{false};
+  std::thread a([&] {
+    http::Client c(server_->url(), {.timeout = std::chrono::milliseconds(20000)});
+    (void)c.Send("GET", target + "8000", "", {{"Authorization", "Bearer " + gw}}, &leave);
+    a_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Over the limit: answered at once, with the state as it is.
+  auto t0 = std::chrono::steady_clock::now();
+  http::ClientResponse b = Send(gw, "GET", target + "5000");
+  EXPECT_EQ(b.status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+  EXPECT_EQ(AdminSend("GET", "/api/v1/tenants").status, 200);
+  // The first poll's client leaves: its worker is free again within the server's check of
+  // departed clients, long before its 8 s were up, and a new poll waits again.
+  leave.Cancel();
+  bool waited = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!waited && std::chrono::steady_clock::now() < until) {
+    t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(Send(gw, "GET", target + "700").status, 200);
+    waited = std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(600);
+  }
+  EXPECT_TRUE(waited) << "the departed poll kept its waiting slot";
+  a.join();
+  EXPECT_TRUE(a_done);
+}
+
 TEST_F(GatewayProtocolTest, SignalsAndObjectsRefuseBadInputNamingTheField) {
   const std::string gw = NewGatewayToken();
   auto error_of = [&](const std::string& method, const std::string& path, const std::string& body) {

@@ -49,8 +49,11 @@ json ServingRouteJson(const ServingRoute& r) {
           {"replicas", std::move(replicas)}};
 }
 
-GatewayFeed::GatewayFeed(store::Store* store, auth::AuthService* auth, DeploymentController* deployments)
-    : store_(store), auth_(auth), deployments_(deployments) {}
+GatewayFeed::GatewayFeed(store::Store* store, auth::AuthService* auth, DeploymentController* deployments,
+                         int max_waiters)
+    : store_(store), auth_(auth), deployments_(deployments), max_waiters_(std::max(0, max_waiters)) {}
+
+void GatewayFeed::Stop() { stopping_ = true; }
 
 GatewayFeed::Part GatewayFeed::PartOf(json value) {
   Part p;
@@ -60,10 +63,23 @@ GatewayFeed::Part GatewayFeed::PartOf(json value) {
 }
 
 StatusOr<GatewayFeed::Part> GatewayFeed::Tenants() {
-  const int64_t revision = store_->Revision();
+  // Other kinds change all the time (budgets, rates, usage, nodes' reports): the tenants are
+  // read again only when the change log shows a Tenant change since they were.
+  int64_t since;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (revision == tenants_revision_) return tenants_;
+    if (store_->Revision() == tenants_revision_) return tenants_;
+    since = tenants_revision_;
+  }
+  const int64_t revision = store_->Revision();
+  if (since >= 0) {
+    StatusOr<store::ChangesResult> changes = store_->Changes("Tenant", since, 1);
+    if (changes.ok() && changes->events.empty()) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (tenants_revision_ == since) tenants_revision_ = changes->resource_version;
+      return tenants_;
+    }
+    // A Tenant changed, or the log no longer reaches back that far: read them all.
   }
   json tenants = json::object();
   std::string token;
@@ -137,15 +153,28 @@ StatusOr<json> GatewayFeed::Build() {
   return Document(*p);
 }
 
-StatusOr<json> GatewayFeed::Wait(const std::string& seen, std::chrono::milliseconds wait) {
-  const auto deadline = std::chrono::steady_clock::now() + wait;
+StatusOr<json> GatewayFeed::Wait(const std::string& seen, std::chrono::milliseconds wait,
+                                 const http::CancelSignal* client_gone) {
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  // A waiting slot, or an answer at once.
+  const bool waiting = wait.count() > 0 && waiters_.fetch_add(1) < max_waiters_;
+  if (wait.count() > 0 && !waiting) deadline = std::chrono::steady_clock::now();
+  struct Leave {
+    std::atomic<int>* n;
+    bool counted;
+    ~Leave() {
+      if (counted) n->fetch_sub(1);
+    }
+  } leave{&waiters_, wait.count() > 0};
   for (;;) {
     // Each look costs the routes' JSON; keys and tenants are rebuilt only when they may have
     // changed, and the document only to answer.
     StatusOr<Parts> p = Current();
     if (!p.ok()) return p.status();
     const auto now = std::chrono::steady_clock::now();
-    if (p->version != seen || now >= deadline) return Document(*p);
+    if (p->version != seen || now >= deadline || stopping_ || (client_gone != nullptr && client_gone->cancelled())) {
+      return Document(*p);
+    }
     std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kRecheck, deadline - now));
   }
 }

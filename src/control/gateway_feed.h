@@ -27,6 +27,7 @@
 // (gateway/usage_tally.h); no other kind is reachable here.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,7 @@
 #include "auth/auth.h"
 #include "control/deployment_controller.h"
 #include "core/status.h"
+#include "http/cancel.h"
 #include "store/store.h"
 
 namespace aicloud::control {
@@ -47,12 +49,19 @@ nlohmann::json ServingRouteJson(const ServingRoute& route);
 // Thread-safe.
 class GatewayFeed {
  public:
-  GatewayFeed(store::Store* store, auth::AuthService* auth, DeploymentController* deployments);
+  // A long poll holds one of the API's worker threads while it waits: at most `max_waiters` wait
+  // at once, later ones are answered at once (the gateway then polls again after a pause).
+  GatewayFeed(store::Store* store, auth::AuthService* auth, DeploymentController* deployments, int max_waiters = 16);
 
   // The serving state now (see above). UNAVAILABLE while keys or tenants cannot be read.
   StatusOr<nlohmann::json> Build();
-  // The state once its version differs from `seen`, or as it is when `wait` has passed.
-  StatusOr<nlohmann::json> Wait(const std::string& seen, std::chrono::milliseconds wait);
+  // The state once its version differs from `seen`, or as it is when `wait` has passed, the
+  // client has gone (`client_gone` raised) or the feed is stopping.
+  StatusOr<nlohmann::json> Wait(const std::string& seen, std::chrono::milliseconds wait,
+                                const http::CancelSignal* client_gone = nullptr);
+  // Ends every wait within one look (100 ms); later polls are answered at once. For the
+  // server's shutdown, which waits for the handlers.
+  void Stop();
 
   // Applies a gateway's signals to the deployment controller. INVALID_ARGUMENT naming the field
   // for a malformed body; names of deployments the controller does not serve are skipped.
@@ -84,6 +93,9 @@ class GatewayFeed {
   store::Store* const store_;
   auth::AuthService* const auth_;
   DeploymentController* const deployments_;
+  const int max_waiters_;
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> stopping_{false};
   std::mutex mu_;
   int64_t tenants_revision_ = -1;        // GUARDED_BY(mu_): the store revision tenants_ was read at
   Part tenants_;                         // GUARDED_BY(mu_)

@@ -1,5 +1,6 @@
 #include "control/server.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "store/sqlite/sqlite_store.h"
@@ -47,7 +48,9 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   AICLOUD_RETURN_IF_ERROR(s->deployments_->Start());
   s->api_ = std::make_unique<Api>(s->store_.get(), s->auth_.get(), s->audit_.get(), s->control_.get(),
                                   &s->metrics_);
-  s->gateway_feed_ = std::make_unique<GatewayFeed>(s->store_.get(), s->auth_.get(), s->deployments_.get());
+  // A quarter of the workers at most wait in gateways' long polls; the rest serve the API.
+  s->gateway_feed_ = std::make_unique<GatewayFeed>(s->store_.get(), s->auth_.get(), s->deployments_.get(),
+                                                   std::max(1, config.worker_threads / 4));
   s->api_->SetGatewayFeed(s->gateway_feed_.get());
   http::ServerOptions ho;
   ho.host = config.host;
@@ -84,6 +87,7 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
 ApiServer::~ApiServer() { Stop(); }
 
 void ApiServer::Stop() {
+  if (gateway_feed_) gateway_feed_->Stop();  // the gateways' long polls answer now
   if (http_) http_->Stop();
   if (config_.front_door_stop) config_.front_door_stop();
   if (deployments_) deployments_->Stop();

@@ -1,7 +1,9 @@
 #include "gateway/control_link.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <utility>
 
@@ -29,6 +31,10 @@ std::string Escape(std::string_view s) {
   return out;
 }
 
+int64_t SteadyMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 int64_t WallSecondsNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -36,8 +42,10 @@ int64_t WallSecondsNow() {
 // One call to the server: its transport error (naming the server) or the Status of its answer,
 // else the answer's JSON body.
 StatusOr<json> Call(http::Client& client, const std::string& server, std::string_view method, const std::string& target,
-                    const std::string& body, const http::Headers& headers, http::CancelSignal* cancel = nullptr) {
+                    const std::string& body, const http::Headers& headers, http::CancelSignal* cancel = nullptr,
+                    bool* unreachable = nullptr) {
   StatusOr<http::ClientResponse> r = client.Send(method, target, body, headers, cancel);
+  if (unreachable != nullptr) *unreachable = !r.ok();
   if (!r.ok()) return Status(r.status().code(), "server " + server + ": " + r.status().message());
   Status st = http::StatusOfResponse(*r);
   if (!st.ok()) return Status(st.code(), "server " + server + ": " + st.message());
@@ -98,7 +106,13 @@ StatusOr<Route> RouteFromJson(const json& j) {
 Limits LimitsFromServing(const json& s) {
   Limits lim;
   if (!s.is_object()) return lim;
-  auto integer = [&](const char* f) -> int64_t { return s.contains(f) && s[f].is_number_integer() ? s[f].get<int64_t>() : 0; };
+  // Integers, also as the manifest check lets them through: 400.0 or 1e3 (stored as floats).
+  auto integer = [&](const char* f) -> int64_t {
+    if (!s.contains(f) || !s[f].is_number()) return 0;
+    if (s[f].is_number_integer()) return s[f].get<int64_t>();
+    const double d = s[f].get<double>();
+    return std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15 ? static_cast<int64_t>(d) : 0;
+  };
   lim.rpm = integer("rpm");
   lim.tpm = integer("tpm");
   lim.budget_tokens = integer("budgetTokens");
@@ -282,6 +296,14 @@ class ControlLink::RemoteStore final : public store::Store {
   }
 
   StatusOr<json> Send(std::string_view method, const std::string& target, const std::string& body) {
+    // After a call that could not reach the server, calls fail at once for `retry`: requests that
+    // need a budget grant get their 503 now instead of queueing behind timeouts.
+    const int64_t now_us = SteadyMicros();
+    if (const int64_t until = down_until_us_.load(); now_us < until) {
+      std::lock_guard<std::mutex> l(mu_);
+      return UnavailableError(down_reason_ + " (not tried again for another " + std::to_string((until - now_us) / 1000) +
+                              " ms)");
+    }
     std::unique_ptr<http::Client> c;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -291,8 +313,13 @@ class ControlLink::RemoteStore final : public store::Store {
       }
     }
     if (!c) c = std::make_unique<http::Client>(options_.server_url, client_options_);
-    StatusOr<json> r = Call(*c, options_.server_url, method, target, body, headers_);
+    bool unreachable = false;
+    StatusOr<json> r = Call(*c, options_.server_url, method, target, body, headers_, nullptr, &unreachable);
     std::lock_guard<std::mutex> l(mu_);
+    if (unreachable) {
+      down_reason_ = r.status().message();
+      down_until_us_ = SteadyMicros() + std::chrono::duration_cast<std::chrono::microseconds>(options_.retry).count();
+    }
     if (idle_.size() < 8) idle_.push_back(std::move(c));
     return r;
   }
@@ -303,6 +330,8 @@ class ControlLink::RemoteStore final : public store::Store {
   http::Headers headers_;
   std::mutex mu_;
   std::vector<std::unique_ptr<http::Client>> idle_;  // GUARDED_BY(mu_)
+  std::atomic<int64_t> down_until_us_{0};            // steady micros
+  std::string down_reason_;                          // GUARDED_BY(mu_)
 };
 
 // --- the link -------------------------------------------------------------------------------------
@@ -332,6 +361,11 @@ StatusOr<std::unique_ptr<ControlLink>> ControlLink::Connect(ControlLinkOptions o
   StatusOr<json> first = link->Poll(first_client, "", std::chrono::milliseconds(0));
   if (!first.ok()) return first.status();
   AICLOUD_RETURN_IF_ERROR(link->Apply(*first));
+  link->last_ok_us_ = SteadyMicros();
+  if (const Stats st = link->stats(); st.skipped > 0) {
+    link->Log("aicloud gateway: serving state " + st.version + ": left out " + std::to_string(st.skipped) +
+              " malformed entries, the first: " + st.skipped_first);
+  }
   link->feed_ = std::thread([l = link.get()] { l->FeedLoop(); });
   link->signals_ = std::thread([l = link.get()] { l->SignalLoop(); });
   return link;
@@ -355,6 +389,17 @@ store::Store* ControlLink::store() { return store_.get(); }
 
 Authenticator ControlLink::authenticator() {
   return [this](std::string_view authorization) -> StatusOr<CallerRef> {
+    // Keys are checked against the server's state only while that is trustworthy (503 otherwise).
+    if (refused_.load(std::memory_order_relaxed)) {
+      return UnavailableError("the server refuses this gateway's key; no API key can be checked");
+    }
+    if (options_.max_stale.count() > 0) {
+      const int64_t age_us = SteadyMicros() - last_ok_us_.load(std::memory_order_relaxed);
+      if (age_us > std::chrono::duration_cast<std::chrono::microseconds>(options_.max_stale).count()) {
+        return UnavailableError("the gateway has not reached the server for " + std::to_string(age_us / 1'000'000) +
+                                " s (more than max_stale): API keys cannot be checked");
+      }
+    }
     if (authorization.empty()) return UnauthenticatedError("missing API key: send it as 'Authorization: Bearer <key>'");
     std::string_view id, secret;
     if (!auth::SplitToken(authorization, &id, &secret)) return UnauthenticatedError("malformed token");
@@ -396,10 +441,16 @@ Status ControlLink::Apply(const json& doc) {
   if (!doc.contains("keys") || !doc["keys"].is_array()) return bad("keys: expected an array");
   if (!doc.contains("tenants") || !doc["tenants"].is_object()) return bad("tenants: expected an object");
 
+  // A malformed route or key is left out (and reported); the rest is applied, so that one bad
+  // entry cannot hold back a revocation.
+  std::vector<std::string> skipped;
   std::vector<std::shared_ptr<const Route>> routes;
   for (size_t i = 0; i < doc["routes"].size(); ++i) {
     StatusOr<Route> r = RouteFromJson(doc["routes"][i]);
-    if (!r.ok()) return bad("routes[" + std::to_string(i) + "]." + r.status().message());
+    if (!r.ok()) {
+      skipped.push_back("routes[" + std::to_string(i) + "]." + r.status().message());
+      continue;
+    }
     routes.push_back(std::make_shared<const Route>(std::move(*r)));
   }
   std::map<std::string, Limits> tenants;
@@ -409,12 +460,20 @@ Status ControlLink::Apply(const json& doc) {
   for (size_t i = 0; i < doc["keys"].size(); ++i) {
     const json& k = doc["keys"][i];
     const std::string at = "keys[" + std::to_string(i) + "]";
+    std::string problem;
     if (!k.is_object() || !k.contains("id") || !k["id"].is_string() || !k.contains("hash") || !k["hash"].is_string()) {
-      return bad(at + ": expected {id, hash, tenant, expiresAt, allModels}");
+      problem = at + ": expected {id, hash, tenant, expiresAt, allModels}";
+    } else if (k.contains("tenant") && !k["tenant"].is_string()) {
+      problem = at + ".tenant: expected a string";
+    } else if (k.contains("expiresAt") && !k["expiresAt"].is_number_integer()) {
+      problem = at + ".expiresAt: expected Unix seconds";
+    } else if (k.contains("allModels") && !k["allModels"].is_boolean()) {
+      problem = at + ".allModels: expected true or false";
     }
-    if (k.contains("tenant") && !k["tenant"].is_string()) return bad(at + ".tenant: expected a string");
-    if (k.contains("expiresAt") && !k["expiresAt"].is_number_integer()) return bad(at + ".expiresAt: expected Unix seconds");
-    if (k.contains("allModels") && !k["allModels"].is_boolean()) return bad(at + ".allModels: expected true or false");
+    if (!problem.empty()) {
+      skipped.push_back(problem);
+      continue;
+    }
     auto caller = std::make_shared<Caller>();
     caller->key_id = k["id"].get<std::string>();
     if (k.contains("tenant")) {
@@ -428,6 +487,7 @@ Status ControlLink::Apply(const json& doc) {
     table->by_id[k["id"].get<std::string>()] = std::move(key);
   }
   std::sort(table->expiries.begin(), table->expiries.end());
+  const size_t table_size = table->by_id.size();
 
   {
     std::lock_guard<std::mutex> l(keys_mu_);
@@ -439,8 +499,10 @@ Status ControlLink::Apply(const json& doc) {
   std::lock_guard<std::mutex> l(mu_);
   stats_.version = doc["version"].get<std::string>();
   stats_.routes = route_count;
-  stats_.keys = doc["keys"].size();
+  stats_.keys = table_size;
   stats_.tenants = tenants.size();
+  stats_.skipped = skipped.size();
+  stats_.skipped_first = skipped.empty() ? "" : skipped.front();
   ++stats_.applied;
   return OkStatus();
 }
@@ -486,22 +548,39 @@ void ControlLink::FeedLoop() {
       poll_cancel_.Reset();  // one signal per call; Stop raises it after setting stopping_
       version = stats_.version;
     }
+    const auto asked = std::chrono::steady_clock::now();
     StatusOr<json> doc = Poll(*feed_client_, version, options_.poll_wait);
     // An unchanged state (the wait ran out) is not applied again: keys' callers and held
     // requests would be woken for nothing.
     const bool changed = doc.ok() && !(doc->is_object() && doc->value("version", json()) == json(version));
     Status st = !doc.ok() ? doc.status() : changed ? Apply(*doc) : OkStatus();
     bool was_connected;
+    Stats now;
     {
       std::lock_guard<std::mutex> l(mu_);
       was_connected = stats_.connected;
       stats_.connected = st.ok();
+      now = stats_;
     }
     if (st.ok()) {
-      if (!was_connected) Log("aicloud gateway: the server " + options_.server_url + " is back; serving state " + version);
-      continue;
+      last_ok_us_ = SteadyMicros();
+      refused_ = false;
+      if (!was_connected) Log("aicloud gateway: the server " + options_.server_url + " is back; serving state " + now.version);
+      if (changed && now.skipped > 0) {
+        Log("aicloud gateway: serving state " + now.version + ": left out " + std::to_string(now.skipped) +
+            " malformed entries, the first: " + now.skipped_first);
+      }
+      // A server that answers at once without a change (one not long-polling, or stopping) is
+      // asked again after a pause, not in a loop.
+      if (changed || std::chrono::steady_clock::now() - asked >= options_.poll_wait / 2) continue;
+    } else {
+      // The server refusing this gateway's own key (revoked, or its role taken away) stops every
+      // key check: what the gateway holds may no longer be its to serve.
+      const bool refused = st.code() == StatusCode::kUnauthenticated || st.code() == StatusCode::kPermissionDenied;
+      if (refused && !refused_) Log("aicloud gateway: " + st.message() + "; refusing every request until it accepts the key");
+      refused_ = refused;
+      if (was_connected && !refused) Log("aicloud gateway: " + st.message() + "; serving the last state, retrying");
     }
-    if (was_connected) Log("aicloud gateway: " + st.message() + "; serving the last state, retrying");
     std::unique_lock<std::mutex> l(mu_);
     if (cv_.wait_for(l, options_.retry, [&] { return stopping_; })) return;
   }

@@ -14,8 +14,10 @@
 //   may call every model) and the tenants' serving limits — is long-polled from GET
 //   /api/v1/gateway/config: the server answers when it changed (it looks every 100 ms) or after
 //   `poll_wait`. Requests are checked against the copy in memory, so the I/O thread never waits on
-//   the server. While the server is unreachable the last state keeps serving; the link retries
-//   every `retry` and says so once on its log, and again when it is back.
+//   the server. While the server is unreachable the last state keeps serving, for `max_stale`
+//   at most (then every request gets 503: revocations would go unseen); the link retries every
+//   `retry` and says so once on its log, and again when it is back. A server that refuses this
+//   gateway's own key (revoked, role withdrawn) stops it serving at once.
 // - Signals go back in POST /api/v1/gateway/signals: per deployment the arrivals since the last
 //   post, whether it was active, and requests held for a replica — every `signal_period` while
 //   there are any, and at once when a request starts waiting (scale from zero).
@@ -26,6 +28,7 @@
 //   List and Commit; Changes answers UNIMPLEMENTED.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -63,7 +66,10 @@ struct ControlLinkOptions {
   std::chrono::milliseconds poll_wait{20000};
   std::chrono::milliseconds signal_period{200};
   std::chrono::milliseconds retry{1000};
-  std::chrono::milliseconds call_timeout{10000};  // the first read, signals and objects
+  std::chrono::milliseconds call_timeout{3000};  // the first read, signals and objects
+  // Keys are refused (503) once the server has not been reached for this long: revocations made
+  // meanwhile would not be seen. 0 = serve the last state however old.
+  std::chrono::milliseconds max_stale{std::chrono::minutes(10)};
   // Where the link reports losing and regaining the server (default: stderr).
   std::function<void(const std::string&)> log;
 };
@@ -88,7 +94,8 @@ class ControlLink {
   void Stop();
 
   // Applies a serving state (what the thread does with each answer; tests). INVALID_ARGUMENT
-  // naming the field when malformed: the state in force stays.
+  // naming the field when its shape is wrong: the state in force stays. A malformed route or key
+  // is left out, the rest applied (stats().skipped).
   Status Apply(const nlohmann::json& doc);
 
   // aicloud_gateway_link_* gauges, read from stats() at each scrape: whether the last poll
@@ -102,6 +109,8 @@ class ControlLink {
     uint64_t applied = 0;  // states applied so far
     int64_t signals_sent = 0, signals_failed = 0;
     bool connected = true;  // the last poll reached the server
+    size_t skipped = 0;         // malformed entries left out of the state in force
+    std::string skipped_first;  // why the first of them was
   };
   Stats stats() const;
 
@@ -129,6 +138,8 @@ class ControlLink {
   std::condition_variable cv_;
   bool stopping_ = false;  // GUARDED_BY(mu_)
   Stats stats_;            // GUARDED_BY(mu_)
+  std::atomic<int64_t> last_ok_us_{0};  // steady micros of the last successful poll
+  std::atomic<bool> refused_{false};    // the server refused this gateway's key at the last poll
   std::unique_ptr<http::Client> feed_client_;  // the feed thread's
   http::CancelSignal poll_cancel_;
   std::thread feed_;

@@ -32,7 +32,7 @@ class FakeServer {
  public:
   FakeServer() {
     router_.Add("GET", "/api/v1/gateway/config", [this](http::Request& r) {
-      if (r.Header("authorization") != "Bearer " + kGatewayToken) {
+      if (r.Header("authorization") != "Bearer " + kGatewayToken || refuse_gateway_) {
         return http::ErrorResponse(UnauthenticatedError("unknown key"));
       }
       std::unique_lock<std::mutex> l(mu_);
@@ -53,8 +53,10 @@ class FakeServer {
     router_.Add("GET", "/api/v1/gateway/objects/{kind}/{name}", [](http::Request& r) {
       return http::ErrorResponse(NotFoundError(r.params["kind"] + " " + r.Query("tenant") + "/" + r.params["name"] + " not found"));
     });
-    router_.Add("GET", "/api/v1/gateway/objects/{kind}", [](http::Request&) {
-      return http::Response::Json(200, {{"items", json::array({{{"kind", "GatewayRate"}}})}, {"continue", "next"},
+    router_.Add("GET", "/api/v1/gateway/objects/{kind}", [](http::Request& r) {
+      // The continue token comes back with "+next": it must travel intact, whatever it holds.
+      return http::Response::Json(200, {{"items", json::array({{{"kind", "GatewayRate"}}})},
+                                        {"continue", r.Query("continue") + "+next"},
                                         {"resourceVersion", "42"}});
     });
     doc_ = State(false, true);
@@ -111,6 +113,10 @@ class FakeServer {
     });
     return found;
   }
+  void RefuseGateway() {
+    refuse_gateway_ = true;
+    Set(State(false, true));  // ends the poll in progress
+  }
   int polls() {
     std::lock_guard<std::mutex> l(mu_);
     return polls_;
@@ -124,6 +130,7 @@ class FakeServer {
   std::vector<json> signals_;  // GUARDED_BY(mu_)
   int polls_ = 0;             // GUARDED_BY(mu_)
   bool stopping_ = false;     // GUARDED_BY(mu_)
+  std::atomic<bool> refuse_gateway_{false};
   std::unique_ptr<http::Server> server_;
 };
 
@@ -209,27 +216,112 @@ TEST(ControlLink, AuthenticatesByDigestAndFollowsTheServersState) {
   (*link)->Stop();
 }
 
-TEST(ControlLink, AMalformedStateIsRefusedAndTheLastOneServes) {
+TEST(ControlLink, AMalformedStateIsRefusedAndMalformedEntriesAreLeftOut) {
   FakeServer server;
   StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(Options(server));
   ASSERT_TRUE(link.ok()) << link.status().ToString();
+  // A document of the wrong shape is refused whole; the state in force stays.
   json bad = FakeServer::State(true, true);
-  bad["routes"][0].erase("model");
+  bad.erase("keys");
   Status st = (*link)->Apply(bad);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("routes[0].model"), std::string::npos) << st.message();
-  bad = FakeServer::State(true, true);
-  bad["keys"][0]["expiresAt"] = "tomorrow";
-  EXPECT_NE((*link)->Apply(bad).message().find("keys[0].expiresAt"), std::string::npos);
+  EXPECT_NE(st.message().find("keys: expected an array"), std::string::npos) << st.message();
   EXPECT_NE((*link)->Apply(json::array()).message().find("expected an object"), std::string::npos);
   bad = FakeServer::State(true, true);
-  bad["routes"][0]["replicas"][0]["ready"] = "yes";
-  EXPECT_NE((*link)->Apply(bad).message().find("replicas[0].ready"), std::string::npos);
-  // Nothing of those took: the first state still serves.
+  bad["version"] = 7;
+  EXPECT_NE((*link)->Apply(bad).message().find("version"), std::string::npos);
   ASSERT_NE((*link)->directory()->Lookup("chat"), nullptr);
   EXPECT_EQ((*link)->directory()->Lookup("chat")->ReadyCount(), 0);
-  EXPECT_TRUE((*link)->authenticator()("Bearer " + kToken1).ok());
   EXPECT_EQ((*link)->stats().applied, 1u);
+
+  // A malformed route or key is left out and the rest applied: here key 1 is malformed, and the
+  // new route "mini" and the replica that became ready come through.
+  json partly = FakeServer::State(true, true);
+  partly["keys"][0]["expiresAt"] = "tomorrow";
+  json second = partly["routes"][0];
+  second["deployment"] = "acme/mini";
+  second["model"] = "mini";
+  second["adapters"] = json::array();
+  partly["routes"].push_back(second);
+  json broken = partly["routes"][0];
+  broken.erase("model");
+  broken["deployment"] = "acme/broken";
+  partly["routes"].push_back(broken);
+  partly["routes"][0]["replicas"].push_back({{"id", "chat-r2"}, {"url", "127.0.0.1:2"}, {"ready", "yes"}});
+  ASSERT_TRUE((*link)->Apply(partly).ok());
+  EXPECT_NE((*link)->directory()->Lookup("mini"), nullptr);
+  EXPECT_EQ((*link)->directory()->Lookup("chat"), nullptr);  // its replica entry was malformed
+  EXPECT_EQ((*link)->directory()->List().size(), 1u);
+  EXPECT_EQ((*link)->authenticator()("Bearer " + kToken1).status().message(), "unknown key");
+  EXPECT_TRUE((*link)->authenticator()("Bearer " + kToken2).ok());
+  const ControlLink::Stats stats = (*link)->stats();
+  EXPECT_EQ(stats.skipped, 3u);
+  EXPECT_NE(stats.skipped_first.find("routes[0].replicas[1].ready"), std::string::npos) << stats.skipped_first;
+}
+
+TEST(ControlLink, LimitsAreReadAsTheManifestCheckAcceptsThem) {
+  Limits l = LimitsFromServing(json{{"rpm", 60.0}, {"tpm", 1e3}, {"budgetTokens", 400}, {"budgetCost", 2.5},
+                                    {"budgetPeriodSeconds", 86400.0}});
+  EXPECT_EQ(l.rpm, 60);
+  EXPECT_EQ(l.tpm, 1000);
+  EXPECT_EQ(l.budget_tokens, 400);
+  EXPECT_DOUBLE_EQ(l.budget_cost, 2.5);
+  EXPECT_EQ(l.budget_period_s, 86400);
+  // Not integers: no limit, never a throw.
+  Limits odd = LimitsFromServing(json{{"rpm", 1.5}, {"tpm", "many"}, {"budgetTokens", nullptr}});
+  EXPECT_EQ(odd.rpm, 0);
+  EXPECT_EQ(odd.tpm, 0);
+  EXPECT_EQ(odd.budget_tokens, 0);
+  EXPECT_FALSE(LimitsFromServing(json::array()).HasRate());
+}
+
+TEST(ControlLink, RefusesEveryKeyWhenTheServerRefusesItsOwnOrTheStateIsTooOld) {
+  FakeServer server;
+  ControlLinkOptions o = Options(server);
+  o.max_stale = 400ms;
+  o.poll_wait = 200ms;
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  Authenticator authenticate = (*link)->authenticator();
+  ASSERT_TRUE(authenticate("Bearer " + kToken1).ok());
+  // The server goes away: the last state serves until it is max_stale old, then nothing does.
+  server.Stop();
+  ASSERT_TRUE(Eventually([&] { return !(*link)->stats().connected; }));
+  ASSERT_TRUE(Eventually([&] { return !authenticate("Bearer " + kToken1).ok(); }, 3s));
+  StatusOr<CallerRef> stale = authenticate("Bearer " + kToken1);
+  EXPECT_EQ(stale.status().code(), StatusCode::kUnavailable);  // 503, not 401: the key may be fine
+  EXPECT_NE(stale.status().message().find("has not reached the server"), std::string::npos) << stale.status().message();
+}
+
+TEST(ControlLink, AServerThatRefusesTheGatewaysKeyStopsItServing) {
+  FakeServer server;
+  ControlLinkOptions o = Options(server);
+  o.poll_wait = 200ms;
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  ASSERT_TRUE((*link)->authenticator()("Bearer " + kToken1).ok());
+  server.RefuseGateway();
+  ASSERT_TRUE(Eventually([&] { return !(*link)->authenticator()("Bearer " + kToken1).ok(); }));
+  StatusOr<CallerRef> r = (*link)->authenticator()("Bearer " + kToken1);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("refuses this gateway's key"), std::string::npos);
+}
+
+TEST(ControlLink, TheObjectsStoreFailsFastWhileTheServerIsUnreachable) {
+  FakeServer server;
+  ControlLinkOptions o = Options(server);
+  o.retry = 5s;
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  server.Stop();
+  store::Store* s = (*link)->store();
+  StatusOr<store::json> first = s->Get({"GatewayBudget", "lean", "budget-1"});
+  EXPECT_EQ(first.status().code(), StatusCode::kUnavailable) << first.status().ToString();
+  const auto t0 = std::chrono::steady_clock::now();
+  StatusOr<store::json> second = s->Get({"GatewayBudget", "lean", "budget-1"});
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find("not tried again"), std::string::npos) << second.status().message();
 }
 
 TEST(ControlLink, SignalsAreSummedAndAHeldRequestGoesAtOnce) {
@@ -287,7 +379,10 @@ TEST(ControlLink, TheObjectsStoreCarriesTheServersErrors) {
   StatusOr<store::ListResult> l = s->List({.kind = "GatewayRate", .limit = 500});
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(l->items.size(), 1u);
-  EXPECT_EQ(l->continue_token, "next");
+  EXPECT_EQ(l->continue_token, "+next");
+  StatusOr<store::ListResult> page2 = s->List({.kind = "GatewayRate", .limit = 500, .continue_token = "a&b=c/d e%f"});
+  ASSERT_TRUE(page2.ok()) << page2.status().ToString();
+  EXPECT_EQ(page2->continue_token, "a&b=c/d e%f+next");
   EXPECT_EQ(l->resource_version, 42);
   EXPECT_EQ(s->List({.kind = "GatewayRate", .label_selector = "a=b"}).status().code(), StatusCode::kUnimplemented);
 }

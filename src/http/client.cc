@@ -433,7 +433,8 @@ Status StatusOfResponse(const ClientResponse& response) {
   nlohmann::json body = nlohmann::json::parse(response.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_object() && body.contains("error") && body["error"].is_object()) {
     const nlohmann::json& e = body["error"];
-    const std::string code = e.value("code", "");
+    // OpenAI-shaped bodies (a proxy's, an engine's) may carry a null or numeric code.
+    const std::string code = e.contains("code") && e["code"].is_string() ? e["code"].get<std::string>() : "";
     const std::string message = e.contains("message") && e["message"].is_string() ? e["message"].get<std::string>()
                                                                                     : "HTTP " + std::to_string(st);
     for (int c = 1; c <= static_cast<int>(StatusCode::kUnauthenticated); ++c) {

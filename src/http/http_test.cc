@@ -86,6 +86,13 @@ TEST(ResponseTest, StatusOfResponseReadsTheErrorBodyBack) {
   EXPECT_EQ(StatusOfResponse({.status = 403}).code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(StatusOfResponse({.status = 418, .body = R"({"error": {"code": "teapot"}})"}).code(),
             StatusCode::kInvalidArgument);
+  // Other shapes of error body never throw: a null or numeric code, a message that is not text.
+  EXPECT_EQ(StatusOfResponse({.status = 404, .body = R"({"error": {"message": "no", "code": null}})"}).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(StatusOfResponse({.status = 429, .body = R"({"error": {"message": 5, "code": 429}})"}).code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(StatusOfResponse({.status = 500, .body = R"({"error": "boom"})"}).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(StatusOfResponse({.status = 400, .body = "[1, 2"}).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ResponseTest, JsonAndText) {
