@@ -214,7 +214,20 @@ acme=$("$bin" key create --user admin -t acme 2>/dev/null)
 wait_until 10 sh -c "[ \"\$(curl -sS -o /dev/null -w '%{http_code}' '$gw_url_1/v1/models' -H 'Authorization: Bearer $acme')\" = 200 ]" \
   && pass new-key-accepted || fail new-key-accepted "gateway 1 refuses the new key"
 
-# 7. Idle: the gateways' traffic counted as activity; without it the deployment goes to zero.
+# 7. The gateways' requests count as activity: a request every 2 s, through either gateway, for
+# longer than scaleToZeroSeconds (10 s) keeps the replica (the engine is busy only a moment of
+# each, so its own metrics would not).
+c=activity-keeps-warm
+for i in $(seq 8); do
+  g=$([ $((i % 2)) = 0 ] && echo "$gw_url_1" || echo "$gw_url_2")
+  code=$(chat "$g" "$acme" chat 2 | tail -1)
+  [ "$code" = 200 ] || { fail $c "request $i: HTTP $code"; break; }
+  sleep 2
+done
+[ "$(dep_field chat acme .status.replicas)" = 1 ] && pass "$c (16 s of sparse requests, still 1 replica)" \
+  || fail $c "$(dep_field chat acme '.status | del(.history)')"
+
+# 8. Idle: without requests the deployment goes to zero.
 c=idle-to-zero
 if wait_until 90 sh -c "[ \"\$('$bin' get deployment chat -t acme -o json 2>/dev/null | jq -r .status.replicas)\" = 0 ]"; then
   pass "$c ($(dep_field chat acme .status.lastScale.reason))"
@@ -222,7 +235,7 @@ else
   fail $c "$(dep_field chat acme .status)"
 fi
 
-# 8. The server stops: the gateways keep their last state (the replicas went with `aicloud up`'s
+# 9. The server stops: the gateways keep their last state (the replicas went with `aicloud up`'s
 # node, so what is left to show is the routes and keys still in force) and say they lost it.
 c=serves-without-server
 stop_pid "$up_pid"
