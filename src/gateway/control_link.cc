@@ -387,19 +387,24 @@ void ControlLink::Stop() {
 Directory* ControlLink::directory() { return directory_.get(); }
 store::Store* ControlLink::store() { return store_.get(); }
 
+Status ControlLink::Untrusted() const {
+  if (refused_.load(std::memory_order_relaxed)) {
+    return UnavailableError("the server refuses this gateway's key; no API key can be checked");
+  }
+  if (options_.max_stale.count() > 0) {
+    const int64_t age_us = SteadyMicros() - last_ok_us_.load(std::memory_order_relaxed);
+    if (age_us > std::chrono::duration_cast<std::chrono::microseconds>(options_.max_stale).count()) {
+      return UnavailableError("the gateway has not reached the server for " + std::to_string(age_us / 1'000'000) +
+                              " s (more than max_stale): API keys cannot be checked");
+    }
+  }
+  return OkStatus();
+}
+
 Authenticator ControlLink::authenticator() {
   return [this](std::string_view authorization) -> StatusOr<CallerRef> {
     // Keys are checked against the server's state only while that is trustworthy (503 otherwise).
-    if (refused_.load(std::memory_order_relaxed)) {
-      return UnavailableError("the server refuses this gateway's key; no API key can be checked");
-    }
-    if (options_.max_stale.count() > 0) {
-      const int64_t age_us = SteadyMicros() - last_ok_us_.load(std::memory_order_relaxed);
-      if (age_us > std::chrono::duration_cast<std::chrono::microseconds>(options_.max_stale).count()) {
-        return UnavailableError("the gateway has not reached the server for " + std::to_string(age_us / 1'000'000) +
-                                " s (more than max_stale): API keys cannot be checked");
-      }
-    }
+    if (Status st = Untrusted(); !st.ok()) return st;
     if (authorization.empty()) return UnauthenticatedError("missing API key: send it as 'Authorization: Bearer <key>'");
     std::string_view id, secret;
     if (!auth::SplitToken(authorization, &id, &secret)) return UnauthenticatedError("malformed token");
@@ -420,8 +425,10 @@ Authenticator ControlLink::authenticator() {
 }
 
 std::function<uint64_t()> ControlLink::auth_epoch() {
-  // A new table, or one more of its keys' expiries passed.
+  // A new table, or one more of its keys' expiries passed. While the state is not to be trusted
+  // (Untrusted), a new number every time: a kept-alive connection must not reuse its caller.
   return [this]() -> uint64_t {
+    if (!Untrusted().ok()) return untrusted_epoch_.fetch_add(1) | (uint64_t{1} << 63);
     std::shared_ptr<const KeyTable> keys;
     {
       std::lock_guard<std::mutex> l(keys_mu_);

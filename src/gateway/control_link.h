@@ -126,6 +126,9 @@ class ControlLink {
   // Posts what is pending; false when the post failed (what it carried is pending again).
   bool SendSignals();
   void Log(const std::string& line) const;
+  // Why keys cannot be checked now (refused by the server, or state older than max_stale); OK
+  // when they can.
+  Status Untrusted() const;
 
   const ControlLinkOptions options_;
   std::unique_ptr<LinkedDirectory> directory_;
@@ -140,6 +143,7 @@ class ControlLink {
   Stats stats_;            // GUARDED_BY(mu_)
   std::atomic<int64_t> last_ok_us_{0};  // steady micros of the last successful poll
   std::atomic<bool> refused_{false};    // the server refused this gateway's key at the last poll
+  std::atomic<uint64_t> untrusted_epoch_{0};
   std::unique_ptr<http::Client> feed_client_;  // the feed thread's
   http::CancelSignal poll_cancel_;
   std::thread feed_;

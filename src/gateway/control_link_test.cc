@@ -300,8 +300,11 @@ TEST(ControlLink, AServerThatRefusesTheGatewaysKeyStopsItServing) {
   StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
   ASSERT_TRUE(link.ok()) << link.status().ToString();
   ASSERT_TRUE((*link)->authenticator()("Bearer " + kToken1).ok());
+  std::function<uint64_t()> epoch = (*link)->auth_epoch();
+  EXPECT_EQ(epoch(), epoch());  // steady while the state is good: connections reuse their callers
   server.RefuseGateway();
   ASSERT_TRUE(Eventually([&] { return !(*link)->authenticator()("Bearer " + kToken1).ok(); }));
+  EXPECT_NE(epoch(), epoch());  // and never once it is not: every request is checked (and refused)
   StatusOr<CallerRef> r = (*link)->authenticator()("Bearer " + kToken1);
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("refuses this gateway's key"), std::string::npos);
