@@ -595,6 +595,7 @@ StatusOr<NewKey> MakeKey(const std::string& owner, const std::optional<std::stri
 }  // namespace
 
 StatusOr<std::optional<std::string>> AuthService::Bootstrap() {
+  left_alone_.clear();
   // Upsert the built-in roles.
   for (auto& [name, rules] : BuiltinRoles()) {
     json want = Object(kRoleKind, name, "", {{"rules", rules}});
@@ -614,6 +615,7 @@ StatusOr<std::optional<std::string>> AuthService::Bootstrap() {
       // A role of this name without the built-in label was made by an operator before this
       // built-in existed (one added by an upgrade, as gateway was): it stays theirs.
       if (!(meta.contains("labels") && meta["labels"].is_object() && meta["labels"].contains(kBuiltinLabel))) {
+        left_alone_.push_back(name);
         last = OkStatus();
         break;
       }

@@ -150,6 +150,9 @@ class AuthService {
   // one commit, and returns that key's token (print it once: it is not stored). Later starts
   // upsert the built-in roles (so new built-ins appear) and return std::nullopt.
   StatusOr<std::optional<std::string>> Bootstrap();
+  // The built-in roles the last Bootstrap left as an operator made them (a Role of that name
+  // without the built-in label): their shipped rules are not in force. The caller warns.
+  const std::vector<std::string>& BuiltinRolesLeftAlone() const { return left_alone_; }
 
   // `authorization` is a "Bearer aic_..." header value or the raw token. UNAUTHENTICATED with
   // "malformed token", "unknown key" (also for a wrong secret or a missing owner), "key revoked"
@@ -229,6 +232,7 @@ class AuthService {
   const int64_t clock_anchor_;
   struct Cache;
   std::unique_ptr<Cache> cache_;
+  std::vector<std::string> left_alone_;  // by Bootstrap (called once, before serving)
 };
 
 }  // namespace aicloud::auth

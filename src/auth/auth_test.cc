@@ -167,6 +167,7 @@ TEST_F(AuthTest, BootstrapOnlyOnce) {
   ASSERT_TRUE(mine.ok());
   EXPECT_EQ(mine->at("spec").at("rules")[0].at("resources")[0], "nodes");
   EXPECT_FALSE(mine->at("metadata").contains("labels"));
+  EXPECT_EQ(other.BuiltinRolesLeftAlone(), std::vector<std::string>{"gateway"});
 }
 
 TEST_F(AuthTest, Authenticate) {

@@ -741,8 +741,8 @@ void AddClient(CLI::App& app, int* exit_code) {
     // Serving through the gateways: per tenant and model (ServingUsage objects).
     std::vector<std::vector<std::string>> serving = {
         {"TENANT", "MODEL", "REQUESTS", "ERRORS", "PROMPT-TOKENS", "COMPLETION-TOKENS", "COST", "MEAN-LATENCY"}};
-    auto latency = [&](const json& counts) {
-      const int64_t n = counts.value("requests", int64_t{0});
+    auto latency = [&](const json& counts) {  // over the answers that were not errors
+      const int64_t n = counts.value("requests", int64_t{0}) - counts.value("errors", int64_t{0});
       return n > 0 ? fmt(counts.value("latencySeconds", 0.0) / static_cast<double>(n)) + "s" : std::string("-");
     };
     for (const auto& [t, row] : (*r)["tenants"].items()) {
@@ -755,7 +755,10 @@ void AddClient(CLI::App& app, int* exit_code) {
       }
     }
     if (serving.size() > 1) {
-      std::cout << "\n";
+      // Serving usage is kept per UTC day: whole days from the one the window starts in.
+      std::cout << "\nserved through the gateways" << ((*r).contains("servingSince")
+                                                        ? " since " + (*r)["servingSince"].get<std::string>() + " (UTC)"
+                                                        : std::string()) << ":\n";
       PrintTable(serving);
     }
   });

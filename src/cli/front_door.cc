@@ -210,7 +210,7 @@ std::function<std::string()> FrontDoor::Metrics() {
 
 void FrontDoor::Stop() {
   if (impl_->gateway) impl_->gateway->Stop();
-  impl_->tally.reset();  // the last sums go to the store, which the server still holds
+  if (impl_->tally) impl_->tally->Stop();  // the last sums go to the store, which the server still holds
   if (impl_->directory) impl_->directory->Stop();
   if (impl_->limits) impl_->limits->Stop();
 }

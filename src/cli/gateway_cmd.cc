@@ -173,7 +173,7 @@ int Run(const GatewayFlags& f) {
   (*server)->Stop();
   (*gw)->Stop();
   gw->reset();
-  tally.reset();           // the last usage sums go to the server
+  if (tally) tally->Stop();  // the last usage sums go to the server
   if (link) link->Stop();  // and its last signals (arrivals, activity)
   sink.reset();
   if (usage_file != nullptr) std::fclose(usage_file);

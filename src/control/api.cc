@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <ctime>
 #include <thread>
 
@@ -42,6 +45,28 @@ StatusOr<json> ParseBody(const http::Request& req) {
 json Redact(json o) {
   if (o.value("kind", "") == "ApiKey" && o.contains("spec")) o["spec"].erase("hash");
   return o;
+}
+
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+  return r;
+}
+
+// A stored count: a non-negative integer (or an integral float), else 0.
+int64_t CountOf(const json& o, const char* f) {
+  if (!o.contains(f) || !o[f].is_number()) return 0;
+  if (o[f].is_number_unsigned()) return static_cast<int64_t>(std::min<uint64_t>(o[f].get<uint64_t>(), INT64_MAX));
+  if (o[f].is_number_integer()) return std::max<int64_t>(0, o[f].get<int64_t>());
+  const double d = o[f].get<double>();
+  return std::isfinite(d) && d > 0 ? (d < 9e18 ? static_cast<int64_t>(d) : INT64_MAX) : 0;
+}
+
+// A stored amount: a finite non-negative number, else 0.
+double AmountOf(const json& o, const char* f) {
+  if (!o.contains(f) || !o[f].is_number()) return 0;
+  const double d = o[f].get<double>();
+  return std::isfinite(d) && d > 0 ? d : 0;
 }
 
 StatusOr<int64_t> ParseInt(const std::string& s, const std::string& field) {
@@ -314,6 +339,13 @@ void Api::Routes() {
     }
     http::Response denied;
     if (!Allow(c, "create", "apikeys", tenant.value_or(""), "", &denied)) return denied;
+    if (tenant) {  // a key restricted to a tenant that does not exist could call nothing
+      StatusOr<json> t = store_->Get({"Tenant", "", *tenant});
+      if (!t.ok() && t.status().code() == StatusCode::kNotFound) {
+        return http::Response::Error(404, "not_found", "tenant \"" + *tenant + "\" not found", "tenant");
+      }
+      if (!t.ok()) return Error(t.status());
+    }
     StatusOr<auth::AuthService::CreatedKey> key = auth_->CreateApiKey(c.who, user, tenant, roles, expires);
     Audit(c, "create", "apikeys", tenant.value_or(""), key.ok() ? key->id : "", key.ok(),
           key.ok() ? "" : key.status().message(), key.ok() ? 201 : http::HttpStatusOf(key.status()));
@@ -386,32 +418,39 @@ void Api::Routes() {
       StatusOr<store::ListResult> page = store_->List(o);
       if (!page.ok()) return Error(page.status());
       for (const json& u : page->items) {
-        if (u["metadata"].value("name", "") < first_day) continue;
-        const json& models = u.value("status", json::object()).value("models", json::object());
-        if (!models.is_object()) continue;
-        json& row = by_tenant[u["metadata"].value("tenant", "")];
+        // Read defensively: an object edited by hand must not fail the whole report.
+        const json& meta = u.contains("metadata") && u["metadata"].is_object() ? u["metadata"] : json::object();
+        if (meta.value("name", "") < first_day) continue;
+        const json* models = nullptr;
+        if (u.contains("status") && u["status"].is_object() && u["status"].contains("models") &&
+            u["status"]["models"].is_object()) {
+          models = &u["status"]["models"];
+        }
+        if (models == nullptr) continue;
+        json& row = by_tenant[meta.value("tenant", "")];
         if (row.is_null()) row = {{"jobs", 0}, {"gpuSeconds", 0.0}, {"cpuSeconds", 0.0}, {"costUsd", 0.0}, {"queues", json::object()}};
         json& serving = row["serving"];
         if (serving.is_null()) serving = {{"models", json::object()}};
-        for (const auto& [model, counts] : models.items()) {
+        for (const auto& [model, counts] : models->items()) {
           if (!counts.is_object()) continue;
           json& per_model = serving["models"][model];
           if (!per_model.is_object()) per_model = json::object();
           for (json* into : {&serving, &per_model}) {
             for (const char* f : {"requests", "errors", "promptTokens", "completionTokens"}) {
-              const json& v = counts.value(f, json(0));
-              (*into)[f] = into->value(f, int64_t{0}) + (v.is_number_integer() ? v.get<int64_t>() : 0);
+              (*into)[f] = SaturatingAdd(into->value(f, int64_t{0}), CountOf(counts, f));
             }
             for (const char* f : {"cost", "latencySeconds", "heldSeconds"}) {
-              const json& v = counts.value(f, json(0.0));
-              (*into)[f] = into->value(f, 0.0) + (v.is_number() ? v.get<double>() : 0.0);
+              (*into)[f] = into->value(f, 0.0) + AmountOf(counts, f);
             }
           }
         }
       }
       token = page->continue_token;
     } while (!token.empty());
-    return http::Response::Json(200, {{"since", r.Query("since", "7d")}, {"tenants", by_tenant}});
+    // Serving usage is kept per UTC day: it counts whole days from the one the window starts in.
+    json out = {{"since", r.Query("since", "7d")}, {"tenants", by_tenant}};
+    if (first_day[0] != '\0') out["servingSince"] = first_day;
+    return http::Response::Json(200, out);
   });
 
   router_.Add("GET", "/api/v1/audit/verify", [this](http::Request&) {

@@ -824,6 +824,15 @@ TEST_F(ApiTest, UsageAddsTheGatewaysServingUsageWithinTheWindow) {
   put("a", day(0), 7, 100);
   put("a", day(30), 1000, 1000);  // outside a 7-day window
   put("b", day(1), 3, 30);
+  // Objects edited by hand: a null status, counts of the wrong type or size. The report stays.
+  ASSERT_TRUE(server_->store()
+                  ->Create({{"apiVersion", "aicloud/v1"}, {"kind", "ServingUsage"},
+                            {"metadata", {{"tenant", "a"}, {"name", day(2)}}}, {"status", nullptr}})
+                  .ok());
+  json odd = json::parse(R"({"apiVersion": "aicloud/v1", "kind": "ServingUsage", "metadata": {"tenant": "b"},
+      "status": {"models": {"chat": {"requests": "many", "promptTokens": 2.0, "completionTokens": -4}}}})");
+  odd["metadata"]["name"] = day(3);
+  ASSERT_TRUE(server_->store()->Create(odd).ok());
   http::ClientResponse r = AdminSend("GET", "/api/v1/usage?tenant=a&since=7d");
   ASSERT_EQ(r.status, 200) << r.body;
   const json a = json::parse(r.body)["tenants"]["a"]["serving"];
@@ -838,10 +847,20 @@ TEST_F(ApiTest, UsageAddsTheGatewaysServingUsageWithinTheWindow) {
   // Every tenant, a longer window.
   const json all = json::parse(AdminSend("GET", "/api/v1/usage?since=60d").body)["tenants"];
   EXPECT_EQ(all["a"]["serving"]["requests"], 1007);
-  EXPECT_EQ(all["b"]["serving"]["promptTokens"], 30);
+  EXPECT_EQ(all["b"]["serving"]["promptTokens"], 32);   // 30, and the integral float 2.0
+  EXPECT_EQ(all["b"]["serving"]["requests"], 3);        // "many" counts as nothing
+  EXPECT_EQ(all["b"]["serving"]["completionTokens"], 5);  // a negative count as nothing
+  EXPECT_EQ(json::parse(r.body)["servingSince"], day(7));  // whole days from the window's first
   // A developer of tenant a reads a's usage, not b's.
   EXPECT_EQ(Send((*tokens_)[kDeveloper], "GET", "/api/v1/usage?tenant=a").status, 200);
   EXPECT_EQ(Send((*tokens_)[kDeveloper], "GET", "/api/v1/usage?tenant=b").status, 403);
+}
+
+TEST_F(ApiTest, AKeyForATenantThatDoesNotExistIsRefused) {
+  http::ClientResponse r = AdminSend("POST", "/api/v1/apikeys", json{{"user", "dev"}, {"tenant", "nosuch"}});
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_EQ(json::parse(r.body)["error"]["message"], "tenant \"nosuch\" not found") << r.body;
+  EXPECT_EQ(AdminSend("POST", "/api/v1/apikeys", json{{"user", "dev"}, {"tenant", "Not.Valid"}}).status / 100, 4);
 }
 
 // --- manifest parser under random mutation (the fuzz target's path, without clang) ------------

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 #include "store/sqlite/sqlite_store.h"
 
 namespace aicloud::control {
@@ -21,6 +23,11 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   StatusOr<std::optional<std::string>> token = s->auth_->Bootstrap();
   if (!token.ok()) return token.status();
   s->bootstrap_token_ = *token;
+  for (const std::string& role : s->auth_->BuiltinRolesLeftAlone()) {
+    spdlog::warn("role {} has no aicloud/builtin label: it is kept as it was made, and the built-in {} role's rules "
+                 "are not in force (delete it, or label it aicloud/builtin=true, to get them)",
+                 role, role);
+  }
   s->auth_->RefreshInBackground();  // key checks on the I/O thread never wait on the store
   s->audit_ = std::make_unique<auth::AuditLog>(s->store_.get(), &s->clock_);
   s->control_ = std::make_unique<ControlPlane>(

@@ -316,7 +316,7 @@ class ControlLink::RemoteStore final : public store::Store {
     bool unreachable = false;
     StatusOr<json> r = Call(*c, options_.server_url, method, target, body, headers_, nullptr, &unreachable);
     std::lock_guard<std::mutex> l(mu_);
-    if (unreachable) {
+    if (unreachable && r.status().code() == StatusCode::kUnavailable) {  // not a slow answer (DEADLINE_EXCEEDED)
       down_reason_ = r.status().message();
       down_until_us_ = SteadyMicros() + std::chrono::duration_cast<std::chrono::microseconds>(options_.retry).count();
     }
@@ -392,7 +392,14 @@ Status ControlLink::Untrusted() const {
     return UnavailableError("the server refuses this gateway's key; no API key can be checked");
   }
   if (options_.max_stale.count() > 0) {
-    const int64_t age_us = SteadyMicros() - last_ok_us_.load(std::memory_order_relaxed);
+    const int64_t now_us = SteadyMicros();
+    const int64_t polling = polling_since_us_.load(std::memory_order_relaxed);
+    const int64_t poll_bound_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(options_.poll_wait + options_.call_timeout).count();
+    // The last good answer, or the long poll out since, while it may still answer.
+    const int64_t fresh_us =
+        polling > 0 && now_us - polling < poll_bound_us ? now_us : last_ok_us_.load(std::memory_order_relaxed);
+    const int64_t age_us = now_us - fresh_us;
     if (age_us > std::chrono::duration_cast<std::chrono::microseconds>(options_.max_stale).count()) {
       return UnavailableError("the gateway has not reached the server for " + std::to_string(age_us / 1'000'000) +
                               " s (more than max_stale): API keys cannot be checked");
@@ -556,7 +563,14 @@ void ControlLink::FeedLoop() {
       version = stats_.version;
     }
     const auto asked = std::chrono::steady_clock::now();
+    // While a long poll that follows a good one is out, the state is as fresh as the server's:
+    // the server would have answered any change.
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stats_.connected) polling_since_us_ = SteadyMicros();
+    }
     StatusOr<json> doc = Poll(*feed_client_, version, options_.poll_wait);
+    polling_since_us_ = 0;
     // An unchanged state (the wait ran out) is not applied again: keys' callers and held
     // requests would be woken for nothing.
     const bool changed = doc.ok() && !(doc->is_object() && doc->value("version", json()) == json(version));
@@ -583,9 +597,10 @@ void ControlLink::FeedLoop() {
     } else {
       // The server refusing this gateway's own key (revoked, or its role taken away) stops every
       // key check: what the gateway holds may no longer be its to serve.
+      // It stays so until a poll succeeds: losing the server afterwards does not undo it.
       const bool refused = st.code() == StatusCode::kUnauthenticated || st.code() == StatusCode::kPermissionDenied;
       if (refused && !refused_) Log("aicloud gateway: " + st.message() + "; refusing every request until it accepts the key");
-      refused_ = refused;
+      if (refused) refused_ = true;
       if (was_connected && !refused) Log("aicloud gateway: " + st.message() + "; serving the last state, retrying");
     }
     std::unique_lock<std::mutex> l(mu_);

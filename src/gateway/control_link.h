@@ -142,6 +142,7 @@ class ControlLink {
   bool stopping_ = false;  // GUARDED_BY(mu_)
   Stats stats_;            // GUARDED_BY(mu_)
   std::atomic<int64_t> last_ok_us_{0};  // steady micros of the last successful poll
+  std::atomic<int64_t> polling_since_us_{0};  // when the long poll now out (after a good one) was sent
   std::atomic<bool> refused_{false};    // the server refused this gateway's key at the last poll
   std::atomic<uint64_t> untrusted_epoch_{0};
   std::unique_ptr<http::Client> feed_client_;  // the feed thread's

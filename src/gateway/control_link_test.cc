@@ -308,6 +308,27 @@ TEST(ControlLink, AServerThatRefusesTheGatewaysKeyStopsItServing) {
   StatusOr<CallerRef> r = (*link)->authenticator()("Bearer " + kToken1);
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("refuses this gateway's key"), std::string::npos);
+  // Losing the server afterwards does not undo it.
+  server.Stop();
+  ASSERT_TRUE(Eventually([&] { return !(*link)->stats().connected && (*link)->stats().applied >= 1; }));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_NE((*link)->authenticator()("Bearer " + kToken1).status().message().find("refuses this gateway's key"),
+            std::string::npos);
+}
+
+TEST(ControlLink, AHealthyLongPollKeepsTheStateFreshWhateverMaxStale) {
+  FakeServer server;
+  ControlLinkOptions o = Options(server);
+  o.poll_wait = 2s;        // each poll waits 2 s for a change that does not come
+  o.max_stale = 300ms;     // shorter than a poll
+  StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
+  ASSERT_TRUE(link.ok()) << link.status().ToString();
+  int refused = 0;
+  for (int i = 0; i < 50; ++i) {  // 2.5 s: across at least one poll's end
+    if (!(*link)->authenticator()("Bearer " + kToken1).ok()) ++refused;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(refused, 0);
 }
 
 TEST(ControlLink, TheObjectsStoreFailsFastWhileTheServerIsUnreachable) {

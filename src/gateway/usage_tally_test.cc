@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <thread>
 
@@ -54,6 +55,10 @@ class FlakyStore final : public store::Store {
   std::atomic<bool> down{false};
   std::atomic<int> writes{0};
   std::function<void()> after_get;
+  // The next commit is applied, but answered with this code (a lost or resent answer).
+  std::optional<StatusCode> lie_once;
+  std::atomic<std::chrono::milliseconds> commit_delay{std::chrono::milliseconds(0)};
+  std::function<void()> on_commit;
   StatusOr<json> Get(const store::ObjectKey& key) override {
     StatusOr<json> r = inner_->Get(key);
     if (after_get) std::exchange(after_get, nullptr)();
@@ -61,8 +66,12 @@ class FlakyStore final : public store::Store {
   }
   StatusOr<std::vector<json>> Commit(std::vector<store::WriteOp> ops) override {
     if (down) return UnavailableError("store down");
+    if (on_commit) on_commit();
+    std::this_thread::sleep_for(commit_delay.load());
     ++writes;
-    return inner_->Commit(std::move(ops));
+    StatusOr<std::vector<json>> r = inner_->Commit(std::move(ops));
+    if (r.ok() && lie_once) return Status(*std::exchange(lie_once, std::nullopt), "answer lost");
+    return r;
   }
   StatusOr<store::ListResult> List(const store::ListOptions& o) override { return inner_->List(o); }
   StatusOr<store::ChangesResult> Changes(const std::string& k, int64_t a, int m) override { return inner_->Changes(k, a, m); }
@@ -123,7 +132,10 @@ TEST(UsageTally, SumsPerTenantDayModelAndKey) {
   EXPECT_EQ(all->items.size(), 3u);  // acme twice, lean once; nothing for the unknown caller
 
   // Every record went on to the next sink, the uncounted one too.
-  EXPECT_EQ(next.got.size(), 8u);
+  {
+    std::lock_guard<std::mutex> l(next.mu);
+    EXPECT_EQ(next.got.size(), 8u);
+  }
   // A second flush adds to what is stored.
   tally.Record(Rec("acme", "chat", "k1", 500, 1, 0));
   ASSERT_TRUE(tally.Flush().ok());
@@ -186,12 +198,101 @@ TEST(UsageTally, SumsTheStoreRefusedWaitForTheNextFlush) {
   tally.Record(Rec("acme", "chat", "k1", 200, 1, 1));
   EXPECT_FALSE(tally.Flush().ok());
   flaky.down = false;
+  // The refused batch goes again as it was; what came meanwhile is the next batch.
+  ASSERT_TRUE(tally.Flush().ok());
+  EXPECT_EQ(Object(mem, "acme", kDay1)["status"]["models"]["chat"]["requests"], 1);
+  EXPECT_EQ(tally.pending_objects(), 1u);
   ASSERT_TRUE(tally.Flush().ok());
   EXPECT_EQ(tally.pending_objects(), 0u);
   json chat = Object(mem, "acme", kDay1)["status"]["models"]["chat"];
   EXPECT_EQ(chat["requests"], 2);
   EXPECT_EQ(chat["promptTokens"], 11);
-  EXPECT_EQ(flaky.writes.load(), 1);  // both periods' sums in one write
+  EXPECT_EQ(flaky.writes.load(), 2);
+}
+
+TEST(UsageTally, AWriteThatLandedButWasReportedFailedIsNotAddedTwice) {
+  for (StatusCode answer : {StatusCode::kDeadlineExceeded, StatusCode::kUnavailable, StatusCode::kAborted}) {
+    store::MemoryStore mem;
+    FlakyStore flaky(&mem);
+    UsageTally tally(&flaky, {.flush_period = std::chrono::hours(1)});
+    tally.Record(Rec("acme", "chat", "k1", 200, 10, 5));
+    tally.Record(Rec("acme", "chat", "k1", 200, 1, 1));
+    flaky.lie_once = answer;  // the commit lands, its answer says it did not
+    (void)tally.Flush();
+    ASSERT_TRUE(tally.Flush().ok());
+    EXPECT_EQ(tally.pending_objects(), 0u);
+    json chat = Object(mem, "acme", kDay1)["status"]["models"]["chat"];
+    EXPECT_EQ(chat["requests"], 2) << StatusCodeName(answer);
+    EXPECT_EQ(chat["promptTokens"], 11) << StatusCodeName(answer);
+    // And a later batch still adds.
+    tally.Record(Rec("acme", "chat", "k1", 200, 100, 0));
+    ASSERT_TRUE(tally.Flush().ok());
+    EXPECT_EQ(Object(mem, "acme", kDay1)["status"]["models"]["chat"]["promptTokens"], 111);
+  }
+}
+
+TEST(UsageTally, ABatchTheStoreRefusesForGoodIsDroppedAndLogged) {
+  store::MemoryStore mem;
+  std::vector<std::string> logged;
+  UsageTally tally(&mem, {.flush_period = std::chrono::hours(1), .log = [&](const std::string& l) { logged.push_back(l); }});
+  tally.Record(Rec("Not_A.Tenant", "chat", "k1", 200, 10, 5));  // not a valid tenant name
+  tally.Record(Rec("acme", "chat", "k1", 200, 1, 1));
+  EXPECT_EQ(tally.Flush().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(tally.pending_objects(), 0u);  // not retried forever
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("dropped the sums of tenant Not_A.Tenant"), std::string::npos) << logged[0];
+  EXPECT_EQ(Object(mem, "acme", kDay1)["status"]["models"]["chat"]["requests"], 1);
+}
+
+TEST(UsageTally, RecordsReachTheNextSinkWhileTheStoreIsSlow) {
+  store::MemoryStore mem;
+  FlakyStore slow(&mem);
+  Collect next;
+  UsageTally tally(&slow, {.flush_period = std::chrono::milliseconds(50), .next = &next});
+  std::atomic<bool> in_commit{false};
+  slow.commit_delay = std::chrono::milliseconds(1500);
+  slow.on_commit = [&] { in_commit = true; };
+  tally.Record(Rec("acme", "chat", "k1", 200, 1, 1));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!in_commit && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(in_commit);
+  // A write is in progress for 1.5 s: records still reach the log within the 100 ms tick, and
+  // the gauge answers at once.
+  for (int i = 0; i < 20; ++i) tally.Record(Rec("acme", "chat", "k2", 200, 1, 1));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_GE(tally.pending_objects(), 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  bool all = false;
+  for (int i = 0; i < 100 && !all; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::lock_guard<std::mutex> l(next.mu);
+    all = next.got.size() == 21;
+  }
+  EXPECT_TRUE(all) << "the log waited for the store";
+  slow.commit_delay = std::chrono::milliseconds(0);
+}
+
+TEST(UsageTally, StopWritesWhatIsLeftAndLogsWhatItCannot) {
+  store::MemoryStore mem;
+  FlakyStore flaky(&mem);
+  std::vector<std::string> logged;
+  {
+    UsageTally tally(&flaky, {.flush_period = std::chrono::hours(1), .log = [&](const std::string& l) { logged.push_back(l); }});
+    tally.Record(Rec("acme", "chat", "k1", 200, 1, 1));
+    tally.Stop();
+    tally.Record(Rec("acme", "chat", "k1", 200, 1, 1));  // after Stop: dropped
+    EXPECT_EQ(tally.dropped(), 1u);
+  }
+  EXPECT_EQ(Object(mem, "acme", kDay1)["status"]["models"]["chat"]["requests"], 1);
+  EXPECT_TRUE(logged.empty());
+  flaky.down = true;
+  {
+    UsageTally tally(&flaky, {.flush_period = std::chrono::hours(1), .log = [&](const std::string& l) { logged.push_back(l); }});
+    tally.Record(Rec("lean", "mini", "k3", 200, 1, 1));
+    tally.Record(Rec("lean", "mini", "k3", 200, 1, 1));
+  }  // three tries a second apart, then the loss is logged
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("without writing 2 requests of tenant lean"), std::string::npos) << logged[0];
 }
 
 TEST(UsageTally, AnObjectEditedByHandIsAddedToNotThrownOn) {
