@@ -316,7 +316,7 @@ class ControlLink::RemoteStore final : public store::Store {
     bool unreachable = false;
     StatusOr<json> r = Call(*c, options_.server_url, method, target, body, headers_, nullptr, &unreachable);
     std::lock_guard<std::mutex> l(mu_);
-    if (unreachable && r.status().code() == StatusCode::kUnavailable) {  // not a slow answer (DEADLINE_EXCEEDED)
+    if (unreachable) {  // refused, reset, or no answer within call_timeout (also a connect that timed out)
       down_reason_ = r.status().message();
       down_until_us_ = SteadyMicros() + std::chrono::duration_cast<std::chrono::microseconds>(options_.retry).count();
     }
@@ -570,21 +570,23 @@ void ControlLink::FeedLoop() {
       if (stats_.connected) polling_since_us_ = SteadyMicros();
     }
     StatusOr<json> doc = Poll(*feed_client_, version, options_.poll_wait);
-    polling_since_us_ = 0;
     // An unchanged state (the wait ran out) is not applied again: keys' callers and held
     // requests would be woken for nothing.
     const bool changed = doc.ok() && !(doc->is_object() && doc->value("version", json()) == json(version));
     Status st = !doc.ok() ? doc.status() : changed ? Apply(*doc) : OkStatus();
+    // The poll counts as contact until the good answer is recorded: no moment between them looks stale.
+    if (st.ok()) last_ok_us_ = SteadyMicros();
+    polling_since_us_ = 0;
     bool was_connected;
     Stats now;
     {
       std::lock_guard<std::mutex> l(mu_);
       was_connected = stats_.connected;
       stats_.connected = st.ok();
+      if (!st.ok()) ++stats_.poll_failures;
       now = stats_;
     }
     if (st.ok()) {
-      last_ok_us_ = SteadyMicros();
       refused_ = false;
       if (!was_connected) Log("aicloud gateway: the server " + options_.server_url + " is back; serving state " + now.version);
       if (changed && now.skipped > 0) {

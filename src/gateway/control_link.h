@@ -109,6 +109,7 @@ class ControlLink {
     uint64_t applied = 0;  // states applied so far
     int64_t signals_sent = 0, signals_failed = 0;
     bool connected = true;  // the last poll reached the server
+    uint64_t poll_failures = 0;  // polls that failed (unreachable, refused, malformed)
     size_t skipped = 0;         // malformed entries left out of the state in force
     std::string skipped_first;  // why the first of them was
   };

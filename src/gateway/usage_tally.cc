@@ -139,6 +139,9 @@ void UsageTally::Sum(const UsageRecord& r) {
 }
 
 void UsageTally::Drain() {
+  // One drain at a time, from the swap to the hand-on: a Flush finds every record recorded before
+  // it summed (and handed on, in order).
+  std::lock_guard<std::mutex> d(drain_mu_);
   std::deque<UsageRecord> batch;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -177,6 +180,11 @@ Status UsageTally::WriteBatches() {
   Status first;
   for (const auto& [key, sums, batch] : todo) {  // no lock held: records keep being summed
     Status st = Write(key, sums, batch);
+    // The store out of reach: the other batches would only wait out the same timeout.
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded) {
+      if (first.ok()) first = st;
+      break;
+    }
     const bool done = st.ok() || Permanent(st.code());
     if (!st.ok() && done) {
       Log("usage: dropped the sums of tenant " + key.first + " on " + key.second + " (the store refuses them: " +
@@ -237,8 +245,10 @@ void UsageTally::Stop() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (writer_.joinable()) writer_.join();
+  Status last;
   for (int i = 0; i < kStopTries; ++i) {
-    if (Flush().ok()) return;
+    last = Flush();
+    if (last.ok() || pending_count_ == 0) return;
     if (i + 1 < kStopTries) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   }
   std::lock_guard<std::mutex> l(sums_mu_);
@@ -248,7 +258,7 @@ void UsageTally::Stop() {
       for (const auto& [model, c] : sums->models) requests += c.requests;
     }
     Log("usage: stopping without writing " + std::to_string(requests) + " requests of tenant " + key.first + " on " +
-        key.second + " (the store could not be reached)");
+        key.second + " (" + last.message() + ")");
   }
 }
 

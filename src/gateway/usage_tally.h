@@ -29,9 +29,10 @@
 // A batch whose write failed is retried as it is, and one the object already holds (the write
 // landed but its answer was lost, or was resent) is not added again, so gateways sharing one
 // store (the server's front door and any number of `aicloud gateway --server`) add up exactly.
-// A batch the store refuses for good (INVALID_ARGUMENT, PERMISSION_DENIED, ...) is dropped and
-// logged. Stop (or the destructor) writes what is left, trying three times a second apart, and
-// logs what it could not write.
+// A batch the store refuses for good (INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE) is
+// dropped and logged; any other failure keeps it for the next period, and a store out of reach
+// ends the period's writing at the first batch. Stop (or the destructor) writes what is left,
+// trying three times about a second apart, and logs what it could not write and why.
 #pragma once
 
 #include <atomic>
@@ -57,7 +58,9 @@ struct UsageTallyOptions {
   std::chrono::milliseconds flush_period{5000};
   size_t max_queue = 100000;   // records waiting to be summed; more are dropped (and counted)
   UsageSink* next = nullptr;   // gets every record after it was summed (may be null)
-  std::string id;              // this tally's name in `writers`; "" = random (one per process)
+  // This tally's name in `writers`; "" = random. Must differ from every earlier process's: batch
+  // numbers start again at 1, and a reused name's batches would count as already written.
+  std::string id;
   std::function<void(const std::string&)> log;  // batches dropped or lost (default: stderr)
 };
 
@@ -131,6 +134,7 @@ class UsageTally final : public UsageSink {
   bool stop_ = false;              // GUARDED_BY(mu_)
   bool write_due_ = false;         // GUARDED_BY(mu_)
 
+  std::mutex drain_mu_;                // one Drain at a time
   std::mutex sums_mu_;                 // guards pending_ (held briefly, never during store I/O)
   std::map<Key, Pending> pending_;     // GUARDED_BY(sums_mu_)
   uint64_t next_batch_ = 1;            // GUARDED_BY(sums_mu_)
