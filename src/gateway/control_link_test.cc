@@ -50,7 +50,8 @@ class FakeServer {
     router_.Add("POST", "/api/v1/gateway/objects", [](http::Request&) {
       return http::ErrorResponse(AbortedError("GatewayBudget lean/budget-1: resourceVersion conflict: expected 5, current 7"));
     });
-    router_.Add("GET", "/api/v1/gateway/objects/{kind}/{name}", [](http::Request& r) {
+    router_.Add("GET", "/api/v1/gateway/objects/{kind}/{name}", [this](http::Request& r) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(objects_delay_ms.load()));
       return http::ErrorResponse(NotFoundError(r.params["kind"] + " " + r.Query("tenant") + "/" + r.params["name"] + " not found"));
     });
     router_.Add("GET", "/api/v1/gateway/objects/{kind}", [](http::Request& r) {
@@ -131,6 +132,9 @@ class FakeServer {
   int polls_ = 0;             // GUARDED_BY(mu_)
   bool stopping_ = false;     // GUARDED_BY(mu_)
   std::atomic<bool> refuse_gateway_{false};
+
+ public:
+  std::atomic<int> objects_delay_ms{0};  // GET of one object answers this late
   std::unique_ptr<http::Server> server_;
 };
 
@@ -335,12 +339,13 @@ TEST(ControlLink, TheObjectsStoreFailsFastWhileTheServerIsUnreachable) {
   FakeServer server;
   ControlLinkOptions o = Options(server);
   o.retry = 5s;
+  o.call_timeout = 300ms;
   StatusOr<std::unique_ptr<ControlLink>> link = ControlLink::Connect(o);
   ASSERT_TRUE(link.ok()) << link.status().ToString();
-  server.Stop();
+  server.objects_delay_ms = 2000;  // no answer within the call's timeout
   store::Store* s = (*link)->store();
   StatusOr<store::json> first = s->Get({"GatewayBudget", "lean", "budget-1"});
-  EXPECT_EQ(first.status().code(), StatusCode::kUnavailable) << first.status().ToString();
+  EXPECT_EQ(first.status().code(), StatusCode::kDeadlineExceeded) << first.status().ToString();
   const auto t0 = std::chrono::steady_clock::now();
   StatusOr<store::json> second = s->Get({"GatewayBudget", "lean", "budget-1"});
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 50ms);
