@@ -9,9 +9,9 @@
 # gateway's signal scales the deployment from zero) and streams back; a key sees its tenant's
 # models only and another tenant's key gets 403, an unknown key 401; concurrent requests through
 # both gateways never spend past a tenant's token budget (shared through the server) and add up
-# in its serving usage (`aicloud usage`); a key
-# revoked on the server is refused by a gateway within seconds; idleness scales the deployment
-# back to zero; a gateway keeps its last state while the server is stopped.
+# in its serving usage (`aicloud usage`); a key revoked on the server is refused by a gateway
+# within seconds; sparse requests through the gateways keep a deployment warm, and idleness
+# scales it back to zero; a gateway keeps its last state while the server is stopped.
 # Needs curl, jq, xargs. Prints PASS/FAIL lines; exits 1 when a check failed.
 set -u
 bin=$(realpath "${1:?usage: tests/e2e_gateway_link.sh path/to/aicloud}")
