@@ -8,6 +8,7 @@
 #include <ctime>
 #include <thread>
 
+#include "core/numeric.h"
 #include "control/deployment.h"
 #include "control/manifest.h"
 
@@ -45,12 +46,6 @@ StatusOr<json> ParseBody(const http::Request& req) {
 json Redact(json o) {
   if (o.value("kind", "") == "ApiKey" && o.contains("spec")) o["spec"].erase("hash");
   return o;
-}
-
-int64_t SaturatingAdd(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
-  return r;
 }
 
 // A stored count: a non-negative integer (or an integral float), else 0.

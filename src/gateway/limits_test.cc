@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "store/memory_store.h"
+#include "store/store_test_util.h"
 
 namespace aicloud::gateway {
 namespace {
@@ -353,24 +354,16 @@ TEST(BudgetLedger, ADeadGatewaysGrantLapses) {
 
 // Runs a hook in the middle of every commit, as another thread's work would interleave with a
 // ledger's store round trip.
-class HookStore : public store::Store {
+class HookStore : public store::testing::ForwardingStore {
  public:
-  explicit HookStore(store::Store* inner) : inner_(inner) {}
+  using ForwardingStore::ForwardingStore;
   std::function<void()> during_commit;
   bool fail_commits = false;  // every write answers UNAVAILABLE
-  StatusOr<store::json> Get(const store::ObjectKey& key) override { return inner_->Get(key); }
   StatusOr<std::vector<store::json>> Commit(std::vector<store::WriteOp> ops) override {
     if (fail_commits) return UnavailableError("store down");
     if (during_commit) std::exchange(during_commit, nullptr)();
-    return inner_->Commit(std::move(ops));
+    return inner()->Commit(std::move(ops));
   }
-  StatusOr<store::ListResult> List(const store::ListOptions& o) override { return inner_->List(o); }
-  StatusOr<store::ChangesResult> Changes(const std::string& k, int64_t a, int m) override { return inner_->Changes(k, a, m); }
-  int64_t Revision() override { return inner_->Revision(); }
-  int64_t WaitForRevision(int64_t a, std::chrono::milliseconds t) override { return inner_->WaitForRevision(a, t); }
-
- private:
-  store::Store* inner_;
 };
 
 // A flush that shrinks a grant must not let the I/O thread admit, during the store write, what

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "auth/auth.h"
+#include "core/numeric.h"
 #include "gateway/stored_fields.h"
 
 namespace aicloud::gateway {
@@ -20,12 +21,6 @@ namespace {
 
 constexpr int kWriteAttempts = 8;
 constexpr int kStopTries = 3;
-
-int64_t SaturatingAdd(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
-  return r;
-}
 
 void AddTo(json* o, const UsageTally::Counts& c, bool latency) {
   auto add_int = [&](const char* f, int64_t v) { (*o)[f] = SaturatingAdd(stored::IntField(*o, f), v); };

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "store/memory_store.h"
+#include "store/store_test_util.h"
 
 namespace aicloud::gateway {
 namespace {
@@ -49,9 +50,9 @@ class Collect final : public UsageSink {
 
 // Fails every write while `down`; runs `after_get` (once) between a read and what follows it,
 // as another gateway's write would come in between.
-class FlakyStore final : public store::Store {
+class FlakyStore final : public store::testing::ForwardingStore {
  public:
-  explicit FlakyStore(store::Store* inner) : inner_(inner) {}
+  using ForwardingStore::ForwardingStore;
   std::atomic<bool> down{false};
   std::atomic<int> writes{0};
   std::function<void()> after_get;
@@ -60,7 +61,7 @@ class FlakyStore final : public store::Store {
   std::atomic<std::chrono::milliseconds> commit_delay{std::chrono::milliseconds(0)};
   std::function<void()> on_commit;
   StatusOr<json> Get(const store::ObjectKey& key) override {
-    StatusOr<json> r = inner_->Get(key);
+    StatusOr<json> r = inner()->Get(key);
     if (after_get) std::exchange(after_get, nullptr)();
     return r;
   }
@@ -69,17 +70,10 @@ class FlakyStore final : public store::Store {
     if (on_commit) on_commit();
     std::this_thread::sleep_for(commit_delay.load());
     ++writes;
-    StatusOr<std::vector<json>> r = inner_->Commit(std::move(ops));
+    StatusOr<std::vector<json>> r = inner()->Commit(std::move(ops));
     if (r.ok() && lie_once) return Status(*std::exchange(lie_once, std::nullopt), "answer lost");
     return r;
   }
-  StatusOr<store::ListResult> List(const store::ListOptions& o) override { return inner_->List(o); }
-  StatusOr<store::ChangesResult> Changes(const std::string& k, int64_t a, int m) override { return inner_->Changes(k, a, m); }
-  int64_t Revision() override { return inner_->Revision(); }
-  int64_t WaitForRevision(int64_t a, std::chrono::milliseconds t) override { return inner_->WaitForRevision(a, t); }
-
- private:
-  store::Store* inner_;
 };
 
 json Object(store::Store& s, const std::string& tenant, int64_t unix_ms) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -13,6 +14,29 @@
 #include "store/store.h"
 
 namespace aicloud::store::testing {
+
+// A Store that hands every call to another: tests derive from it and override the one call they
+// want to delay, fail or interleave with other work.
+class ForwardingStore : public Store {
+ public:
+  explicit ForwardingStore(Store* inner) : inner_(inner) {}
+  StatusOr<json> Get(const ObjectKey& key) override { return inner_->Get(key); }
+  StatusOr<std::vector<json>> Commit(std::vector<WriteOp> ops) override { return inner_->Commit(std::move(ops)); }
+  StatusOr<ListResult> List(const ListOptions& o) override { return inner_->List(o); }
+  StatusOr<ChangesResult> Changes(const std::string& kind, int64_t after, int max) override {
+    return inner_->Changes(kind, after, max);
+  }
+  int64_t Revision() override { return inner_->Revision(); }
+  int64_t WaitForRevision(int64_t after, std::chrono::milliseconds timeout) override {
+    return inner_->WaitForRevision(after, timeout);
+  }
+
+ protected:
+  Store* inner() { return inner_; }
+
+ private:
+  Store* inner_;
+};
 
 // A fresh directory under the system temp dir, removed with everything in it on destruction.
 class TempDir {
