@@ -34,7 +34,11 @@
 // proxies share their CPU only for the last answers of a slice). A target's direct CPU column
 // is then the stub's work for every target. Latency is measured from each request's scheduled
 // send time (open loop: a late send counts against the system, so coordinated omission does not
-// hide queueing). Results: bench/RESULTS.md section 8.
+// hide queueing). Each round's line ends with how long the kernel's own threads ran while that
+// target was measured ("kernel 7.3 ms (kdamond 6)": the total, and the thread that ran longest):
+// on a small VM one of them holding a CPU for milliseconds (DAMON's memory reclaim, kdamond)
+// delays whatever thread of the path was queued on that CPU, which the round's p99 then shows.
+// Results: bench/RESULTS.md section 8.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -165,7 +169,81 @@ struct Result {
   int64_t errors = 0;
   int64_t late = 0;  // sends that found no idle connection at their scheduled time
   int64_t sent = 0;
+  // CPU time the kernel's own threads ran while this target was measured, by thread name without
+  // its instance suffix ("kdamond", "kworker", "ksoftirqd"): time they may have taken from a thread
+  // of the target's path that was queued behind them.
+  std::map<std::string, int64_t> kernel_ns;
 };
+
+// The kernel's own threads (children of kthreadd: memory reclaim, softirqs, workqueues) present at
+// construction, whose run time is read from /proc/PID/schedstat through descriptors kept open, so a
+// sample costs one pread per thread (~60 on a small VM). On a shared 2-vCPU machine one of them
+// holding a CPU for milliseconds delays whatever was queued on that CPU; the benchmark reports how
+// long they ran in each target's measured time, so such a stall can be told from the target's own.
+class KernelThreads {
+ public:
+  KernelThreads() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string pid = e.path().filename();
+      if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(e.path() / "stat");
+      std::string line;
+      if (!std::getline(stat, line)) continue;
+      // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses; the last ')' ends it.
+      const size_t lp = line.find('('), rp = line.rfind(')');
+      if (lp == std::string::npos || rp == std::string::npos || rp < lp) continue;
+      int ppid = -1;
+      char state = 0;
+      if (std::sscanf(line.c_str() + rp + 1, " %c %d", &state, &ppid) != 2 || (ppid != 2 && pid != "2")) continue;
+      const int fd = open_schedstat(e.path() / "schedstat");
+      if (fd < 0) continue;
+      std::string name = line.substr(lp + 1, rp - lp - 1);
+      name = name.substr(0, name.find_first_of("/.:-"));  // "kworker/u8:2-events" -> "kworker"
+      while (!name.empty() && std::isdigit(static_cast<unsigned char>(name.back()))) name.pop_back();
+      threads_.push_back({fd, name.empty() ? "?" : name});
+    }
+  }
+  ~KernelThreads() {
+    for (const Thread& t : threads_) close(t.fd);
+  }
+  KernelThreads(const KernelThreads&) = delete;
+  KernelThreads& operator=(const KernelThreads&) = delete;
+
+  // Run time in ns of each thread (a thread that exited reads as its last value).
+  void Sample(std::vector<int64_t>* ns) {
+    ns->resize(threads_.size());
+    char buf[96];
+    for (size_t i = 0; i < threads_.size(); ++i) {
+      const ssize_t n = pread(threads_[i].fd, buf, sizeof(buf) - 1, 0);
+      if (n <= 0) continue;
+      buf[n] = 0;
+      (*ns)[i] = std::strtoll(buf, nullptr, 10);
+    }
+  }
+  // Adds `after - before` per thread to `out`, by thread name.
+  void AddDelta(const std::vector<int64_t>& before, const std::vector<int64_t>& after,
+                std::map<std::string, int64_t>* out) const {
+    for (size_t i = 0; i < threads_.size() && i < before.size() && i < after.size(); ++i) {
+      if (after[i] > before[i]) (*out)[threads_[i].name] += after[i] - before[i];
+    }
+  }
+  bool empty() const { return threads_.empty(); }
+
+ private:
+  struct Thread {
+    int fd;
+    std::string name;
+  };
+  static int open_schedstat(const std::filesystem::path& p) { return ::open(p.c_str(), O_RDONLY | O_CLOEXEC); }
+  std::vector<Thread> threads_;
+};
+
+int64_t Total(const std::map<std::string, int64_t>& by_name) {
+  int64_t total = 0;
+  for (const auto& [name, ns] : by_name) total += ns;
+  return total;
+}
 
 // Sends `rate` requests/s for `seconds` (after `warmup`, whose latencies are not recorded) to
 // the targets on 127.0.0.1 (`ports[t]`, `requests[t]`, `connections` keep-alive connections each).
@@ -173,8 +251,10 @@ struct Result {
 // seconds dealt to the targets in turn, and a request goes to the target whose slice it was
 // scheduled in: each target still sees `rate` while it is served, and a stall of the machine
 // falls on every target alike instead of on one target's round.
+// The kernel's threads' run time is charged to the target being measured when it ran (`kernel`,
+// sampled at every slice boundary after the warm-up).
 std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<std::string>& requests, double rate,
-                        double seconds, double warmup, int connections, double slice) {
+                        double seconds, double warmup, int connections, double slice, KernelThreads& kernel) {
   const size_t targets = ports.size();
   std::vector<Result> res(targets);
   int ep = epoll_create1(0);
@@ -204,6 +284,26 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
   auto next = t0;
   int outstanding = 0;
   size_t queued = 0;
+  // Kernel threads' time: sampled when the warm-up ends, at each slice boundary, and at the end.
+  std::vector<int64_t> kernel_before, kernel_now;
+  bool kernel_started = false;
+  int64_t kernel_slice = 0;  // index of the slice the last sample began
+  auto slice_index = [&](Clock::time_point t) { return targets == 1 ? int64_t{0} : static_cast<int64_t>((t - t0) / slice_len); };
+  auto sample_kernel = [&](Clock::time_point now, bool last) {
+    if (!kernel_started) {
+      if (now < t_measure) return;
+      kernel.Sample(&kernel_before);
+      kernel_started = true;
+      kernel_slice = slice_index(now);
+      return;
+    }
+    if (!last && slice_index(now) == kernel_slice) return;
+    kernel.Sample(&kernel_now);
+    kernel.AddDelta(kernel_before, kernel_now,
+                    &res[targets == 1 ? 0 : static_cast<size_t>(kernel_slice % static_cast<int64_t>(targets))].kernel_ns);
+    kernel_before.swap(kernel_now);
+    kernel_slice = slice_index(now);
+  };
   char buf[65536];
   epoll_event events[128];
   auto send_on = [&](int i, Clock::time_point sched) {
@@ -230,6 +330,7 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
   };
   for (;;) {
     auto now = Clock::now();
+    sample_kernel(now, false);
     while (next <= now && next < t_end) {
       backlog[slice_target(next)].push_back(next);
       ++queued;
@@ -309,6 +410,7 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
       }
     }
   }
+  if (kernel_started) sample_kernel(Clock::now(), true);
   for (Conn& c : conns) close(c.fd);
   close(ep);
   return res;
@@ -601,6 +703,7 @@ int Main(int argc, char** argv) {
     Result all;
     int64_t cpu_ns = 0;  // CPU time of those threads during the rounds
     std::vector<std::array<double, 2>> rounds;  // p50, p99 of each round
+    std::vector<int64_t> round_kernel_ns;        // kernel threads' run time in each round's measured time
   };
   std::vector<Target> targets = {{"direct", stub_port, "self", stub_threads, {}},
                                  {"gateway", (*gws)->port(), "self", gateway_threads, {}}};
@@ -627,16 +730,27 @@ int Main(int argc, char** argv) {
     t.all.sent += x.sent;
     std::vector<double> copy = x.lat_us;
     t.rounds.push_back({Pct(copy, 50), Pct(copy, 99)});
-    std::printf("  round %d %-9s n=%zu p50 %7.1f us  p99 %7.1f us  cpu %5.1f us/req  errors %lld late %lld\n", r + 1,
-                t.name.c_str(), x.lat_us.size(), t.rounds.back()[0], t.rounds.back()[1],
+    t.round_kernel_ns.push_back(Total(x.kernel_ns));
+    for (const auto& [name, ns] : x.kernel_ns) t.all.kernel_ns[name] += ns;
+    // The kernel thread that ran longest, if any did for 1 ms or more.
+    std::string top;
+    auto longest = std::max_element(x.kernel_ns.begin(), x.kernel_ns.end(),
+                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (longest != x.kernel_ns.end() && longest->second >= 1'000'000) {
+      top = " (" + longest->first + " " + std::to_string(longest->second / 1'000'000) + ")";
+    }
+    std::printf("  round %d %-9s n=%zu p50 %7.1f us  p99 %7.1f us  cpu %5.1f us/req  errors %lld late %lld  kernel %5.1f ms%s\n",
+                r + 1, t.name.c_str(), x.lat_us.size(), t.rounds.back()[0], t.rounds.back()[1],
                 x.sent > 0 ? static_cast<double>(cpu) / 1e3 / static_cast<double>(x.sent) : NAN,
-                static_cast<long long>(x.errors), static_cast<long long>(x.late));
+                static_cast<long long>(x.errors), static_cast<long long>(x.late),
+                static_cast<double>(t.round_kernel_ns.back()) / 1e6, top.c_str());
     std::fflush(stdout);
     t.all.lat_us.insert(t.all.lat_us.end(), x.lat_us.begin(), x.lat_us.end());
     t.all.errors += x.errors;
     t.all.late += x.late;
   };
   auto tids_of = [](const Target& t) { return t.threads.empty() ? ThreadsOf(t.pid) : t.threads; };
+  KernelThreads kernel;
   for (int r = 0; r < f.rounds; ++r) {
     if (f.slice_ms > 0 && targets.size() > 1) {
       std::vector<uint16_t> ports;
@@ -648,7 +762,7 @@ int Main(int argc, char** argv) {
         requests.push_back(request(t.port));
         cpu0.push_back(CpuNs(t.pid, tids_of(t)));
       }
-      std::vector<Result> xs = Run(ports, requests, f.rate, f.seconds, f.warmup, f.connections, f.slice_ms / 1e3);
+      std::vector<Result> xs = Run(ports, requests, f.rate, f.seconds, f.warmup, f.connections, f.slice_ms / 1e3, kernel);
       for (size_t k = 0; k < targets.size(); ++k) {
         Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
         record(r, t, xs[k], CpuNs(t.pid, tids_of(t)) - cpu0[k]);
@@ -659,7 +773,7 @@ int Main(int argc, char** argv) {
       Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
       const std::vector<std::string> tids = tids_of(t);
       const int64_t cpu0 = CpuNs(t.pid, tids);
-      std::vector<Result> x = Run({t.port}, {request(t.port)}, f.rate, f.seconds, f.warmup, f.connections, 0);
+      std::vector<Result> x = Run({t.port}, {request(t.port)}, f.rate, f.seconds, f.warmup, f.connections, 0, kernel);
       record(r, t, x[0], CpuNs(t.pid, tids) - cpu0);
     }
   }
@@ -668,16 +782,25 @@ int Main(int argc, char** argv) {
                         {"policy", f.policy}, {"limits", f.limits}};
   std::map<std::string, std::array<double, 3>> pct;
   // CPU per request: the serving threads' CPU time over the requests sent (warm-up included).
-  std::printf("\n%-9s %9s %10s %10s %10s %8s %12s\n", "target", "requests", "p50 us", "p99 us", "p99.9 us", "errors",
-              "cpu us/req");
+  std::printf("\n%-9s %9s %10s %10s %10s %8s %12s %10s\n", "target", "requests", "p50 us", "p99 us", "p99.9 us", "errors",
+              "cpu us/req", "kernel ms");
   for (Target& t : targets) {
     std::array<double, 3> p = {Pct(t.all.lat_us, 50), Pct(t.all.lat_us, 99), Pct(t.all.lat_us, 99.9)};
     pct[t.name] = p;
     const double cpu_us = t.all.sent > 0 ? static_cast<double>(t.cpu_ns) / 1e3 / static_cast<double>(t.all.sent) : NAN;
-    std::printf("%-9s %9zu %10.1f %10.1f %10.1f %8lld %12.1f\n", t.name.c_str(), t.all.lat_us.size(), p[0], p[1], p[2],
-                static_cast<long long>(t.all.errors), cpu_us);
+    std::printf("%-9s %9zu %10.1f %10.1f %10.1f %8lld %12.1f %10.1f\n", t.name.c_str(), t.all.lat_us.size(), p[0], p[1],
+                p[2], static_cast<long long>(t.all.errors), cpu_us, static_cast<double>(Total(t.all.kernel_ns)) / 1e6);
+    nlohmann::json kernel_ms = nlohmann::json::object();
+    for (const auto& [name, ns] : t.all.kernel_ns) kernel_ms[name] = static_cast<double>(ns) / 1e6;
+    std::vector<double> round_p99, round_kernel_ms;
+    for (size_t r = 0; r < t.rounds.size(); ++r) {
+      round_p99.push_back(t.rounds[r][1]);
+      round_kernel_ms.push_back(static_cast<double>(t.round_kernel_ns[r]) / 1e6);
+    }
     out["targets"][t.name] = {{"requests", t.all.lat_us.size()}, {"p50_us", p[0]}, {"p99_us", p[1]}, {"p999_us", p[2]},
-                              {"errors", t.all.errors}, {"late_sends", t.all.late}, {"cpu_us_per_request", cpu_us}};
+                              {"errors", t.all.errors}, {"late_sends", t.all.late}, {"cpu_us_per_request", cpu_us},
+                              {"kernel_threads_ms", kernel_ms}, {"round_p99_us", round_p99},
+                              {"round_kernel_threads_ms", round_kernel_ms}};
   }
   std::printf("\nadded latency over direct (difference of percentiles):\n");
   for (const char* name : {"gateway", "nginx", "gw-worker"}) {

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/thread_name.h"
 #include "agent/host_metrics.h"
 
 namespace aicloud::agent {
@@ -266,8 +267,14 @@ Status Agent::Start() {
     sup_ = std::move(sup);
     started_threads_ = true;
   }
-  poll_thread_ = std::thread([this] { PollLoop(); });
-  report_thread_ = std::thread([this] { ReportLoop(); });
+  poll_thread_ = std::thread([this] {
+    SetThreadName("agent-poll");
+    PollLoop();
+  });
+  report_thread_ = std::thread([this] {
+    SetThreadName("agent-report");
+    ReportLoop();
+  });
   return OkStatus();
 }
 

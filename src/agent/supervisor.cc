@@ -18,6 +18,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/thread_name.h"
+
 namespace aicloud::agent {
 namespace {
 
@@ -301,7 +303,10 @@ Supervisor::Supervisor(std::string cgroup_root) {
       cgroup_status_ = "cgroup v2 at " + root;
     }
   }
-  reaper_ = std::thread([this] { ReaperLoop(); });
+  reaper_ = std::thread([this] {
+    SetThreadName("agent-reaper");
+    ReaperLoop();
+  });
 }
 
 Supervisor::~Supervisor() {

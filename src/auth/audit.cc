@@ -1,4 +1,5 @@
 // AuditLog: hash-chained audit records with a group-committing writer thread (see audit.h).
+#include "core/thread_name.h"
 #include "auth/audit.h"
 
 #include <cstdio>
@@ -80,7 +81,10 @@ AuditLog::AuditLog(store::Store* store, Clock* clock)
                               .count()),
       clock_anchor_(clock->NowMicros()) {
   (void)ReloadHead();  // on failure the writer retries before its first commit
-  writer_ = std::thread([this] { WriterLoop(); });
+  writer_ = std::thread([this] {
+    SetThreadName("audit-writer");
+    WriterLoop();
+  });
 }
 
 AuditLog::~AuditLog() {

@@ -1,4 +1,5 @@
 // AuthService: API keys, the RBAC snapshot cache and authorization (model in auth.h).
+#include "core/thread_name.h"
 #include "auth/auth.h"
 
 #include <algorithm>
@@ -230,7 +231,10 @@ void AuthService::RefreshInBackground() {
   std::lock_guard<std::mutex> lock(cache_->refresher_mu);
   if (cache_->refresher.joinable() || cache_->stopping) return;
   cache_->background.store(true);
-  cache_->refresher = std::thread([this] { RefreshLoop(); });
+  cache_->refresher = std::thread([this] {
+    SetThreadName("auth-refresh");
+    RefreshLoop();
+  });
 }
 
 void AuthService::RefreshLoop() {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/thread_name.h"
 #include "control/gateway_feed.h"
 #include "gateway/access.h"
 #include "gateway/control_link.h"
@@ -28,7 +29,10 @@ class DeploymentDirectory final : public gateway::Directory {
  public:
   explicit DeploymentDirectory(control::DeploymentController* dc) : dc_(dc) {
     Refresh();
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = std::thread([this] {
+      SetThreadName("fd-directory");
+      Loop();
+    });
   }
   ~DeploymentDirectory() override { Stop(); }
 
@@ -132,7 +136,10 @@ class TenantLimits {
  public:
   explicit TenantLimits(store::Store* store) : store_(store) {
     Load();
-    thread_ = std::thread([this] { Loop(); });
+    thread_ = std::thread([this] {
+      SetThreadName("fd-limits");
+      Loop();
+    });
   }
   ~TenantLimits() { Stop(); }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/thread_name.h"
 #include "cluster/catalog.h"
 #include "control/node_autoscaler.h"
 #include "sched/profile.h"
@@ -363,7 +364,10 @@ Status ControlPlane::Start() {
     }
     token = page->continue_token;
   } while (!token.empty());
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetThreadName("control-loop");
+    Loop();
+  });
   return OkStatus();
 }
 

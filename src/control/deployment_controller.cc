@@ -14,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/thread_name.h"
 #include "control/job.h"
 #include "http/client.h"
 
@@ -470,7 +471,10 @@ Status DeploymentController::Start() {
   if (options_.engine_binary.empty()) {
     return InvalidArgumentError("deployment controller: the engine binary path is not set");
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetThreadName("deployments");
+    Loop();
+  });
   return OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <set>
 
+#include "core/thread_name.h"
 #include "cluster/catalog.h"
 #include "control/control_plane.h"
 #include "control/deployment.h"
@@ -213,6 +214,7 @@ Status NodeAutoscaler::Start() {
   if (thread_.joinable()) return FailedPreconditionError("node autoscaler already started");
   if (options_.max_nodes <= 0) return OkStatus();
   thread_ = std::thread([this] {
+    SetThreadName("node-autoscaler");
     std::unique_lock<std::mutex> l(mu_);
     while (!stop_) {
       l.unlock();

@@ -62,6 +62,7 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   http::ServerOptions ho;
   ho.host = config.host;
   ho.port = config.port;
+  ho.thread_name = "api";
   ho.worker_threads = config.worker_threads;
   ho.tls_cert_file = config.tls_cert_file;
   ho.tls_key_file = config.tls_key_file;

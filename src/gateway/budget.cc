@@ -141,21 +141,33 @@ Status BudgetLedger::Load() {
   return OkStatus();
 }
 
+BudgetLedger::Entry& BudgetLedger::EntryLocked(std::string_view name) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) it = entries_.try_emplace(std::string(name)).first;
+  return it->second;
+}
+
 StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> scopes, int64_t tokens, double cost,
                                                   int* retry_after_s, bool may_block) {
   BudgetReservation r;
   r.tokens = tokens;
   r.cost = cost;
   std::vector<std::string> synced;  // scopes this call took a fresh look at
+  // The entries looked up by the check, for the reservation that follows it under the same lock
+  // (std::map references stay valid while no entry is erased, and erasing takes the lock).
+  constexpr size_t kKept = 4;
+  Entry* found[kKept] = {};
   for (int round = 0;; ++round) {
     const int64_t now = wall_seconds_();
     std::vector<std::string> short_of;  // scopes whose grant is too small (store mode)
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (const BudgetScope& s : scopes) {
+      for (size_t i = 0; i < scopes.size(); ++i) {
+        const BudgetScope& s = scopes[i];
         const Limits& l = *s.limits;
         if (!l.HasBudget()) continue;
-        Entry& e = entries_[s.name];
+        Entry& e = EntryLocked(s.name);
+        if (i < kKept) found[i] = &e;
         if (e.period_s != l.budget_period_s) {
           e.period_s = l.budget_period_s;
           e.period_start = -1;  // force a roll to the configured period
@@ -183,7 +195,7 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
         const bool cost_out = l.budget_cost > 0 && left_cost + 1e-12 < cost;
         const bool fresh = std::find(synced.begin(), synced.end(), s.name) != synced.end();
         if (store_ != nullptr && (!fresh || (!tokens_out && !cost_out))) {
-          short_of.push_back(s.name);  // a larger grant may do: ask the store
+          short_of.emplace_back(s.name);  // a larger grant may do: ask the store
           continue;
         }
         if (retry_after_s != nullptr) {
@@ -192,7 +204,7 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
                                             : 0;
         }
         auto deny = [&](const std::string& what) -> Status {
-          return ResourceExhaustedError("budget: " + s.name + " " + what + " in its " + PeriodName(e.period_s) +
+          return ResourceExhaustedError("budget: " + std::string(s.name) + " " + what + " in its " + PeriodName(e.period_s) +
                                         " budget period" +
                                         (spare_in_the_way ? "; other gateways hold part of it as spare room and give "
                                                             "it back within seconds"
@@ -207,13 +219,14 @@ StatusOr<BudgetReservation> BudgetLedger::Reserve(std::span<const BudgetScope> s
                     " cost left (in flight included); this request may cost up to " + Num(cost));
       }
       if (short_of.empty()) {
-        for (const BudgetScope& s : scopes) {
+        for (size_t i = 0; i < scopes.size(); ++i) {
+          const BudgetScope& s = scopes[i];
           if (!s.limits->HasBudget()) continue;
-          Entry& e = entries_[s.name];
+          Entry& e = i < kKept ? *found[i] : EntryLocked(s.name);
           e.reserved_tokens += tokens;
           e.reserved_cost += cost;
           ++e.in_flight;
-          r.parts.push_back({s.name, e.period_start});
+          r.parts.push_back({std::string(s.name), e.period_start});
         }
         return r;
       }
@@ -277,7 +290,14 @@ BudgetUsage BudgetLedger::Usage(const std::string& scope) const {
 }
 
 Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double extra_cost, bool release) {
-  std::lock_guard<std::mutex> sync_lock(sync_mu_);
+  std::shared_ptr<std::mutex> scope_lock;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<std::mutex>& l = sync_locks_[name];
+    if (!l) l = std::make_shared<std::mutex>();
+    scope_lock = l;
+  }
+  std::lock_guard<std::mutex> sync_lock(*scope_lock);
   thread_local std::minstd_rand jitter(std::random_device{}());
   for (int attempt = 0; attempt < kSyncAttempts; ++attempt) {
     if (attempt > 0) {  // lost a compare-and-swap to another gateway: back off, jittered
@@ -442,10 +462,12 @@ Status BudgetLedger::Flush(bool release) {
 }
 
 size_t BudgetLedger::Prune(int64_t idle_s) {
-  std::lock_guard<std::mutex> sync_lock(sync_mu_);  // no store round trip is between its reads
   const int64_t now = wall_seconds_();
   std::lock_guard<std::mutex> lock(mu_);
+  // A scope whose sync is under way (or waiting) stays: its round trip reads the entry again.
+  std::erase_if(sync_locks_, [](const auto& item) { return item.second.use_count() == 1; });
   return std::erase_if(entries_, [&](const auto& item) {
+    if (sync_locks_.contains(item.first)) return false;
     const Entry& e = item.second;
     const bool holds = e.in_flight > 0 || e.reserved_tokens > 0 || e.reserved_cost > 0 || e.unflushed_tokens != 0 ||
                        e.unflushed_cost != 0 || e.grant_tokens > 0 || e.grant_cost > 0 ||

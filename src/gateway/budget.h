@@ -37,9 +37,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -51,8 +53,8 @@ namespace aicloud::gateway {
 // A scope of a budget: its ledger key ("key k1", "tenant nlp"), the tenant it is stored under,
 // and the limits that hold the budget.
 struct BudgetScope {
-  std::string name;
-  std::string tenant;
+  std::string_view name;           // not owned; read during Reserve only
+  std::string_view tenant;         // not owned; read during Reserve only
   const Limits* limits = nullptr;  // not owned; read during Reserve only
 };
 
@@ -158,8 +160,14 @@ class BudgetLedger {
   const std::function<int64_t()> wall_seconds_;
   BudgetLedgerOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, Entry> entries_;  // GUARDED_BY(mu_)
-  std::mutex sync_mu_;                    // one store round trip at a time
+  // The scope's entry, made (empty) when it has none. REQUIRES: mu_ held.
+  Entry& EntryLocked(std::string_view name);
+
+  std::map<std::string, Entry, std::less<>> entries_;  // GUARDED_BY(mu_)
+  // One store round trip at a time per scope, so a slow sync of one scope does not hold up a
+  // request that needs another. A scope's lock is shared while a Sync holds or awaits it, and
+  // Prune leaves such a scope alone.
+  std::map<std::string, std::shared_ptr<std::mutex>> sync_locks_;  // GUARDED_BY(mu_)
 };
 
 // "30s", "15m", "1h", "1d", "30d" -> seconds; "" or "none" -> 0. INVALID_ARGUMENT otherwise.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/thread_name.h"
 #include "auth/auth.h"
 
 namespace aicloud::gateway {
@@ -366,8 +367,14 @@ StatusOr<std::unique_ptr<ControlLink>> ControlLink::Connect(ControlLinkOptions o
     link->Log("aicloud gateway: serving state " + st.version + ": left out " + std::to_string(st.skipped) +
               " malformed entries, the first: " + st.skipped_first);
   }
-  link->feed_ = std::thread([l = link.get()] { l->FeedLoop(); });
-  link->signals_ = std::thread([l = link.get()] { l->SignalLoop(); });
+  link->feed_ = std::thread([l = link.get()] {
+    SetThreadName("link-feed");
+    l->FeedLoop();
+  });
+  link->signals_ = std::thread([l = link.get()] {
+    SetThreadName("link-signals");
+    l->SignalLoop();
+  });
   return link;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "core/thread_name.h"
 #include "auth/auth.h"
 #include "gateway/errors.h"
 #include "http/sse.h"
@@ -69,7 +70,8 @@ struct Gateway::Call {
   CallerRef who;
   RequestInfo info;
   std::string body;  // what is sent upstream
-  std::vector<LimitScope> rate_scopes;
+  std::string key_scope, tenant_scope;  // "key <id>", "tenant <name>": the caller's limit scopes
+  std::vector<LimitScope> rate_scopes;   // point into key_scope, tenant_scope and `who`
   int64_t estimate = 0;          // tokens reserved (prompt upper bound + max_tokens * n)
   int64_t prompt_estimate = 0;
   int64_t max_tokens = 0;
@@ -79,12 +81,15 @@ struct Gateway::Call {
   const ModelSeries* series = nullptr;  // the model's bound metric series, once admitted
   std::shared_ptr<http::CancelSignal> client_gone;  // the request's (null when not read by a server)
 
-  // Rate-limit scopes point into `who`: (re)build them after `who` is set or the Call moved.
+  // Names the caller's scopes and points the rate-limit scopes at them and into `who`: (re)build
+  // them after `who` is set or the Call moved.
   void PointScopes() {
+    key_scope.assign("key ").append(who->key_id);
+    tenant_scope.assign("tenant ").append(who->tenant);
     rate_scopes.clear();
     rate_scopes.reserve(2);
-    if (who->key_limits.HasRate()) rate_scopes.push_back({"key " + who->key_id, &who->key_limits});
-    if (who->tenant_limits.HasRate()) rate_scopes.push_back({"tenant " + who->tenant, &who->tenant_limits});
+    if (who->key_limits.HasRate()) rate_scopes.push_back({key_scope, &who->key_limits});
+    if (who->tenant_limits.HasRate()) rate_scopes.push_back({tenant_scope, &who->tenant_limits});
   }
 };
 
@@ -148,8 +153,14 @@ StatusOr<std::unique_ptr<Gateway>> Gateway::Create(GatewayDeps deps, GatewayOpti
   if (options.hold_queue_size < 0) return InvalidArgumentError("gateway: hold_queue_size must be >= 0");
   std::unique_ptr<Gateway> g(new Gateway(std::move(deps), std::move(options)));
   AICLOUD_RETURN_IF_ERROR(g->ledger_.Load());
-  g->background_ = std::thread([gw = g.get()] { gw->Background(); });
-  g->syncer_ = std::thread([gw = g.get()] { gw->Syncer(); });
+  g->background_ = std::thread([gw = g.get()] {
+    SetThreadName("gw-background");
+    gw->Background();
+  });
+  g->syncer_ = std::thread([gw = g.get()] {
+    SetThreadName("gw-sync");
+    gw->Syncer();
+  });
   return g;
 }
 
@@ -489,14 +500,15 @@ std::optional<http::Response> Gateway::Admit(Endpoint endpoint, http::Request& r
   if (budgeted) {
     const double cost = (static_cast<double>(call.prompt_estimate) * route->prompt_price_per_m +
                          static_cast<double>(call.info.CompletionTokensBound(call.max_tokens)) * route->completion_price_per_m) / 1e6;
-    std::vector<BudgetScope> scopes;
-    scopes.reserve(2);
-    if (call.who->key_limits.HasBudget()) scopes.push_back({"key " + call.who->key_id, call.who->tenant, &call.who->key_limits});
+    BudgetScope scopes[2];
+    size_t n_scopes = 0;
+    if (call.who->key_limits.HasBudget()) scopes[n_scopes++] = {call.key_scope, call.who->tenant, &call.who->key_limits};
     if (call.who->tenant_limits.HasBudget()) {
-      scopes.push_back({"tenant " + call.who->tenant, call.who->tenant, &call.who->tenant_limits});
+      scopes[n_scopes++] = {call.tenant_scope, call.who->tenant, &call.who->tenant_limits};
     }
     int retry_after = 0;
-    StatusOr<BudgetReservation> r = ledger_.Reserve(scopes, call.estimate, cost, &retry_after, may_block);
+    StatusOr<BudgetReservation> r =
+        ledger_.Reserve(std::span<const BudgetScope>(scopes, n_scopes), call.estimate, cost, &retry_after, may_block);
     if (!r.ok() && r.status().code() == StatusCode::kUnavailable && !may_block) {
       limiter_.Release(call.rate_scopes, call.estimate);  // admitted again on the worker
       *admitted = nullptr;
@@ -1100,6 +1112,7 @@ StatusOr<std::unique_ptr<GatewayServer>> GatewayServer::Start(Gateway* gateway, 
   s->router_->Add("GET", "/metrics", [gateway](http::Request&) { return gateway->MetricsResponse(); });
   s->router_->Add("GET", "/health", [](http::Request&) { return http::Response::Json(200, json::object()); });
   options.worker_threads = std::max(options.worker_threads, min_workers);
+  options.thread_name = "gw";
   http::Router* router = s->router_.get();
   StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(
       std::move(options), [router](http::Request& r, http::Responder respond) { router->Dispatch(r, std::move(respond)); });

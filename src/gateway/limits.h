@@ -22,9 +22,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -35,7 +37,7 @@ namespace aicloud::gateway {
 
 // One scope of a request: "key k1" or "tenant nlp" (the name appears in 429 messages).
 struct LimitScope {
-  std::string name;
+  std::string_view name;           // not owned; only used during the call
   const Limits* limits = nullptr;  // not owned; only used during the call
 };
 
@@ -81,6 +83,7 @@ class RateLimiter {
   size_t Scopes() const;  // scopes with a bucket (tests, metrics)
 
  private:
+  // A bucket never taken from (init false, touched_us -1) answers as a missing one would.
   struct Bucket {
     double level = 0;
     int64_t at_us = 0;
@@ -89,9 +92,20 @@ class RateLimiter {
     double taken = 0;    // net, by this limiter
     int64_t touched_us = -1;  // never
   };
+  // Both buckets of a scope, so a request finds them with one lookup.
+  struct ScopeBuckets {
+    Bucket rpm, tpm;
+  };
+  // Looks names up without building a string (heterogeneous lookup).
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using ScopeMap = std::unordered_map<std::string, ScopeBuckets, NameHash, std::equal_to<>>;
+  // The scope's buckets, made (empty) when it has none. REQUIRES: mu_ held.
+  ScopeBuckets& BucketsLocked(std::string_view name);
   static void Refill(Bucket& b, int64_t limit, int64_t now_us);
-  static void DebitBucket(std::unordered_map<std::string, Bucket>& buckets, const std::string& name, double amount,
-                          int64_t limit, int64_t now_us);
+  static void DebitBucket(Bucket& b, double amount, int64_t limit, int64_t now_us);
   // Others' debits take a bucket at most this many minutes of allowance below empty (ten
   // gateways each taking a full bucket within one exchange), so a bogus total cannot shut a
   // scope out for longer than that.
@@ -99,8 +113,7 @@ class RateLimiter {
 
   Clock* const clock_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, Bucket> rpm_;  // GUARDED_BY(mu_)
-  std::unordered_map<std::string, Bucket> tpm_;  // GUARDED_BY(mu_)
+  ScopeMap scopes_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace aicloud::gateway

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <future>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -60,7 +63,8 @@ TEST(RateLimiter, PruneDropsIdleFullBucketsOnly) {
   std::vector<LimitScope> idle = {{"key idle", &l}}, busy = {{"key busy", &l}};
   for (int i = 0; i < 1000; ++i) {
     Limits one{.rpm = 10};
-    std::vector<LimitScope> s = {{"key once-" + std::to_string(i), &one}};
+    const std::string name = "key once-" + std::to_string(i);
+    std::vector<LimitScope> s = {{name, &one}};
     ASSERT_TRUE(rl.Admit(s, 0).ok);
   }
   EXPECT_EQ(AdmitMany(rl, idle, 60, 100), 60);  // empties its rpm bucket
@@ -391,6 +395,59 @@ TEST(BudgetLedger, AShrinkingGrantAdmitsNothingItWillNotCover) {
   const int64_t in_flight = a.Usage("tenant t").reserved_tokens + b.Usage("tenant t").reserved_tokens;
   EXPECT_LE(in_flight, 800) << "two gateways hold more than the budget";
   EXPECT_TRUE(big.ok()) << big.status();  // all of it was free again
+}
+
+// A store whose reads of one tenant's objects wait until released (a slow or distant store).
+class GatedStore : public store::testing::ForwardingStore {
+ public:
+  GatedStore(store::Store* inner, std::string gated_tenant)
+      : ForwardingStore(inner), gated_tenant_(std::move(gated_tenant)) {}
+  StatusOr<store::json> Get(const store::ObjectKey& key) override {
+    if (key.tenant == gated_tenant_) {
+      std::unique_lock<std::mutex> l(mu_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(l, [&] { return open_; });
+    }
+    return inner()->Get(key);
+  }
+  void AwaitWaiter() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return waiting_ > 0; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  const std::string gated_tenant_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  bool open_ = false;
+};
+
+// Scopes sync with the store independently: a request whose scope needs a grant is not held up
+// behind another scope's round trip that the store is slow to answer.
+TEST(BudgetLedger, ASlowSyncOfOneScopeDoesNotHoldUpAnother) {
+  store::MemoryStore mem;
+  GatedStore gs(&mem, "slow");
+  auto wall = [] { return int64_t{1'000}; };
+  Limits l{.budget_tokens = 10'000};
+  std::vector<BudgetScope> slow = {{"tenant slow", "slow", &l}}, fast = {{"tenant fast", "fast", &l}};
+  BudgetLedger ledger(&gs, wall, {.id = "a"});
+  auto stuck = std::async(std::launch::async, [&] { return ledger.Reserve(slow, 100, 0).status(); });
+  gs.AwaitWaiter();  // the slow scope's sync is inside the store now
+  auto other = std::async(std::launch::async, [&] { return ledger.Reserve(fast, 100, 0).status(); });
+  const bool answered = other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  gs.Open();
+  EXPECT_TRUE(answered) << "the fast scope waited for the slow scope's store round trip";
+  EXPECT_TRUE(other.get().ok());
+  EXPECT_TRUE(stuck.get().ok());
+  EXPECT_EQ(ledger.Usage("tenant slow").reserved_tokens, 100);
+  EXPECT_EQ(ledger.Usage("tenant fast").reserved_tokens, 100);
 }
 
 // A GatewayBudget edited by hand or by a foreign tool must not crash or wedge the gateway:

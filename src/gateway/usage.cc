@@ -5,6 +5,7 @@
 
 #include <charconv>
 
+#include "core/thread_name.h"
 #include "gateway/json_text.h"
 
 namespace aicloud::gateway {
@@ -57,7 +58,10 @@ void UsageRecord::AppendJson(std::string* out) const {
 }
 
 LogUsageSink::LogUsageSink(std::FILE* out, size_t max_queue)
-    : out_(out), max_queue_(max_queue), thread_([this] { Run(); }) {}
+    : out_(out), max_queue_(max_queue), thread_([this] {
+        SetThreadName("usage-log");
+        Run();
+      }) {}
 
 LogUsageSink::~LogUsageSink() {
   {

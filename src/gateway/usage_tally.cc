@@ -9,6 +9,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/thread_name.h"
 #include "auth/auth.h"
 #include "core/numeric.h"
 #include "gateway/stored_fields.h"
@@ -66,8 +67,14 @@ void UsageTally::Counts::Add(const Counts& o) {
 
 UsageTally::UsageTally(store::Store* store, UsageTallyOptions options) : store_(store), options_(std::move(options)) {
   if (options_.id.empty()) options_.id = "tally-" + auth::RandomHex(6);
-  thread_ = std::thread([this] { Run(); });
-  writer_ = std::thread([this] { WriterRun(); });
+  thread_ = std::thread([this] {
+    SetThreadName("usage-tally");
+    Run();
+  });
+  writer_ = std::thread([this] {
+    SetThreadName("usage-store");
+    WriterRun();
+  });
 }
 
 UsageTally::~UsageTally() { Stop(); }

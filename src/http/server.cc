@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/thread_name.h"
 #include "http/asio.h"
 #include "http/whole_message.h"
 #include "http/wire.h"
@@ -265,7 +266,8 @@ class Core {
       return true;
     });
     auto finished = std::make_shared<std::atomic<bool>>(false);
-    std::thread thread([body = std::move(body), finished]() mutable {
+    std::thread thread([body = std::move(body), finished, name = opts.thread_name + "-stream"]() mutable {
+      SetThreadName(name);
       body();
       body = nullptr;  // drop the connection before saying we are done
       finished->store(true);
@@ -1093,7 +1095,10 @@ void Core::Run() {
     asio::post(acceptor.get_executor(), [this] { ScheduleClientCheck(); });
   }
   for (int i = 0; i < std::max(1, opts.io_threads); ++i) {
-    io_threads_.emplace_back([this] { ioc.run(); });
+    io_threads_.emplace_back([this, name = opts.thread_name + "-io" + std::to_string(i)] {
+      SetThreadName(name);
+      ioc.run();
+    });
   }
 }
 

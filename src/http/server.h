@@ -50,6 +50,8 @@ struct ServerOptions {
   std::chrono::milliseconds client_check_interval{1000};
   std::string tls_cert_file, tls_key_file;  // both set -> HTTPS only
   std::string tls_client_ca_file;           // set -> require and verify client certificates (mTLS)
+  // I/O threads are named "<thread_name>-io<N>" (SetThreadName; shown by top -H, ps -L, perf).
+  std::string thread_name = "http";
 };
 
 // Thread-safe. Stop (and the destructor) waits for running handlers to return and for async

@@ -321,6 +321,28 @@ TEST(ServerTest, ManyPipelinedRequestsToAnInlineHandlerAreAnsweredInOrder) {
   EXPECT_EQ(answered, kRequests);
 }
 
+// Async handlers run on the I/O threads, which carry the server's thread name (top -H, perf).
+TEST(ServerTest, IoThreadsCarryTheServersThreadName) {
+  ServerOptions options;
+  options.thread_name = "probe";
+  options.io_threads = 2;
+  StatusOr<std::unique_ptr<Server>> s = Server::Start(options, AsyncHandler([](Request&, Responder respond) {
+    char name[32] = {};
+    pthread_getname_np(pthread_self(), name, sizeof(name));
+    respond(Response::Text(200, name));
+  }));
+  ASSERT_TRUE(s.ok());
+  std::set<std::string> seen;
+  for (int i = 0; i < 40; ++i) {  // fresh connections, so both threads are likely to answer
+    Client c(Url(**s));
+    StatusOr<ClientResponse> r = c.Send("GET", "/", "");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    seen.insert(r->body);
+  }
+  ASSERT_FALSE(seen.empty());
+  for (const std::string& name : seen) EXPECT_TRUE(name == "probe-io0" || name == "probe-io1") << name;
+}
+
 // The idle timeout bounds the whole request, however it trickles in, and the answer, not the
 // handler: a client sending a byte every 100 ms is cut off, and a handler slower than the
 // timeout still gets its answer through on the same connection.

@@ -297,6 +297,7 @@ StatusOr<std::unique_ptr<EngineServer>> EngineServer::Start(Engine* engine, http
   s->router_ = std::make_unique<http::Router>();
   AddEngineRoutes(engine, s->router_.get());
   http::Router* router = s->router_.get();
+  options.thread_name = "engine";
   StatusOr<std::unique_ptr<http::Server>> server =
       http::Server::Start(std::move(options), [router](http::Request& r) { return router->Dispatch(r); });
   if (!server.ok()) return server.status();

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "core/thread_name.h"
 #include "engine/kv/block_manager.h"
 #include "engine/tokenizer/tokenizer_config.h"
 
@@ -167,7 +168,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
   e->itl_ = m.AddHistogram("vllm:inter_token_latency_seconds", "Time between consecutive tokens.", {"model_name"}, buckets);
   e->e2e_ = m.AddHistogram("vllm:e2e_request_latency_seconds", "Request latency, arrival to finish.", {"model_name"}, buckets);
   e->queue_time_ = m.AddHistogram("vllm:request_queue_time_seconds", "Time from arrival to first scheduling.", {"model_name"}, buckets);
-  e->thread_ = std::thread([self] { self->Loop(); });
+  e->thread_ = std::thread([self] {
+    SetThreadName("engine-step");
+    self->Loop();
+  });
   return e;
 }
 
