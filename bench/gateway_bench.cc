@@ -9,8 +9,12 @@
 //   gateway_bench --rate 5000 --seconds 5 --rounds 4 [--connections 64] [--json out.json]
 //                 [--worker-path] [--stub-workers] [--proxy-threads N] [--only TARGET]
 //                 [--pin LOADGEN,STUB,PROXY] [--usage log|null] [--prompt-bytes N]
-//                 [--stub-usage header|body] [--slice MS] [--nginx-log off|buffered]
+//                 [--stub-usage header|body] [--slice MS] [--nginx-log off|buffered] [--control]
 //
+// --control adds a fifth target, "nginx-b": a second nginx, configured as the first, reported
+// against it as the gateway is (nginx-b added / nginx added). Two identical proxies differ only by
+// the machine's noise, so its spread is what a ratio of this benchmark can be trusted to: with
+// --only nginx --control the run has the bar's shape (direct and two proxies in turn).
 // --nginx-log buffered gives nginx a per-request access log in the combined format, buffered as
 // production configurations do (buffer=64k flush=1s; Debian's default config logs every request,
 // unbuffered), to stand for the gateway's per-request usage record; the default is off.
@@ -95,6 +99,7 @@ struct Flags {
   int proxy_threads = 1;  // the gateway's I/O threads and nginx's worker processes
   std::string usage = "log";  // the gateways' usage sink: log (JSON lines to /dev/null) or null
   std::string nginx_log = "off";  // nginx's access log: off, or buffered (a file in its directory)
+  bool control = false;           // a second nginx, "nginx-b", measured against the first
   std::vector<int> pin;   // CPUs of the load generator, the stub and the proxies; empty: unpinned
   size_t prompt_bytes = 0;  // pad the user message to this many bytes (a RAG-sized prompt)
   std::string stub_usage = "header";  // header: usage also in x-aicloud-usage, as aicloud's engine; body: only in the body
@@ -550,6 +555,7 @@ int Main(int argc, char** argv) {
     else if (a == "--only") f.only = val();
     else if (a == "--proxy-threads") f.proxy_threads = std::max(1, std::stoi(val()));
     else if (a == "--usage") f.usage = val();
+    else if (a == "--control") f.control = true;
     else if (a == "--nginx-log") {
       f.nginx_log = val();
       if (f.nginx_log != "off" && f.nginx_log != "buffered") {
@@ -584,7 +590,7 @@ int Main(int argc, char** argv) {
                    "                     [--worker-path] [--stub-workers] [--only TARGET]\n"
                    "                     [--proxy-threads N] [--pin LOADGEN,STUB,PROXY] [--usage log|null]\n"
                    "                     [--prompt-bytes N] [--stub-usage header|body] [--slice MS]\n"
-                   "                     [--nginx-log off|buffered]\n");
+                   "                     [--nginx-log off|buffered] [--control]\n");
       return 2;
     }
   }
@@ -684,6 +690,13 @@ int Main(int argc, char** argv) {
   const uint16_t nginx_port = FreePort();
   pid_t nginx = StartNginx(f, stub_port, nginx_port, &nginx_dir, &why);
   if (nginx == 0) std::fprintf(stderr, "nginx: skipped: %s\n", why.c_str());
+  std::string nginx_b_dir;
+  const uint16_t nginx_b_port = FreePort();
+  pid_t nginx_b = 0;
+  if (f.control && nginx != 0) {
+    nginx_b = StartNginx(f, stub_port, nginx_b_port, &nginx_b_dir, &why);
+    if (nginx_b == 0) std::fprintf(stderr, "nginx-b: skipped: %s\n", why.c_str());
+  }
   if (!f.pin.empty()) PinThisThread(f.pin[0]);
 
   std::string content = "Hello, who are you?";
@@ -709,8 +722,11 @@ int Main(int argc, char** argv) {
                                  {"gateway", (*gws)->port(), "self", gateway_threads, {}}};
   if (nginx != 0) targets.push_back({"nginx", nginx_port, std::to_string(nginx), {}, {}});
   if (gws_worker) targets.push_back({"gw-worker", gws_worker->port(), "self", worker_threads, {}});
+  if (nginx_b != 0) targets.push_back({"nginx-b", nginx_b_port, std::to_string(nginx_b), {}, {}});
   if (!f.only.empty()) {
-    std::erase_if(targets, [&](const Target& t) { return t.name != f.only && t.name != "direct"; });
+    std::erase_if(targets, [&](const Target& t) {
+      return t.name != f.only && t.name != "direct" && !(t.name == "nginx-b" && f.only == "nginx");
+    });
   }
 
 #ifdef AICLOUD_PGO_USE
@@ -803,30 +819,36 @@ int Main(int argc, char** argv) {
                               {"round_kernel_threads_ms", round_kernel_ms}};
   }
   std::printf("\nadded latency over direct (difference of percentiles):\n");
-  for (const char* name : {"gateway", "nginx", "gw-worker"}) {
+  for (const char* name : {"gateway", "nginx", "gw-worker", "nginx-b"}) {
     if (!pct.contains(name)) continue;
     std::array<double, 3> a;
     for (int i = 0; i < 3; ++i) a[i] = pct[name][i] - pct["direct"][i];
     std::printf("%-9s p50 %+8.1f us  p99 %+8.1f us  p99.9 %+8.1f us\n", name, a[0], a[1], a[2]);
     out["added"][name] = {{"p50_us", a[0]}, {"p99_us", a[1]}, {"p999_us", a[2]}};
   }
-  if (pct.contains("nginx") && pct.contains("gateway")) {
-    const double g = pct["gateway"][1] - pct["direct"][1], n = pct["nginx"][1] - pct["direct"][1];
-    const double g50 = pct["gateway"][0] - pct["direct"][0], n50 = pct["nginx"][0] - pct["direct"][0];
-    std::printf("gateway added p99 / nginx added p99 = %.2f (bar: <= 1.2); gateway added p99 %.0f us (bar: < 1000)\n",
-                n > 0 ? g / n : NAN, g);
-    std::printf("gateway added p50 / nginx added p50 = %.2f\n", n50 > 0 ? g50 / n50 : NAN);
-    out["ratio_p50_added"] = n50 > 0 ? g50 / n50 : -1;
-    out["ratio_p99_added"] = n > 0 ? g / n : -1;
-    // The same ratio within each round (a round's targets run back to back, or at once with
-    // --slice), so a stall of the machine in one round does not decide the run; the median.
-    auto target = [&](std::string_view name) -> const Target* {
-      for (const Target& t : targets) {
-        if (t.name == name) return &t;
-      }
-      return nullptr;
-    };
-    const Target* tg = target("gateway");
+  auto target = [&](std::string_view name) -> const Target* {
+    for (const Target& t : targets) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  };
+  // What `name` adds over direct against what nginx adds: pooled over the rounds, and within each
+  // round (a round's targets run back to back, or at once with --slice), so a stall of the
+  // machine in one round does not decide the run; the median of those. `key` prefixes the JSON.
+  auto compare = [&](const std::string& name, const std::string& key) {
+    if (!pct.contains("nginx") || !pct.contains(name)) return;
+    const double g = pct[name][1] - pct["direct"][1], n = pct["nginx"][1] - pct["direct"][1];
+    const double g50 = pct[name][0] - pct["direct"][0], n50 = pct["nginx"][0] - pct["direct"][0];
+    if (name == "gateway") {
+      std::printf("gateway added p99 / nginx added p99 = %.2f (bar: <= 1.2); gateway added p99 %.0f us (bar: < 1000)\n",
+                  n > 0 ? g / n : NAN, g);
+    } else {
+      std::printf("%s added p99 / nginx added p99 = %.2f\n", name.c_str(), n > 0 ? g / n : NAN);
+    }
+    std::printf("%s added p50 / nginx added p50 = %.2f\n", name.c_str(), n50 > 0 ? g50 / n50 : NAN);
+    out[key + "ratio_p50_added"] = n50 > 0 ? g50 / n50 : -1;
+    out[key + "ratio_p99_added"] = n > 0 ? g / n : -1;
+    const Target* tg = target(name);
     const Target* tn = target("nginx");
     const Target* td = target("direct");
     for (int q = 0; q < 2 && tg && tn && td; ++q) {
@@ -841,18 +863,21 @@ int Main(int argc, char** argv) {
       const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
                                               : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
       const char* which = q == 0 ? "p50" : "p99";
-      std::printf("per round, gateway added %s / nginx added %s: median %.2f, min %.2f, max %.2f over %zu rounds\n", which,
-                  which, median, sorted.front(), sorted.back(), sorted.size());
-      out[std::string("round_ratios_") + which + "_added"] = ratios;
-      out[std::string("median_round_ratio_") + which + "_added"] = median;
+      std::printf("per round, %s added %s / nginx added %s: median %.2f, min %.2f, max %.2f over %zu rounds\n",
+                  name.c_str(), which, which, median, sorted.front(), sorted.back(), sorted.size());
+      out[key + "round_ratios_" + which + "_added"] = ratios;
+      out[key + "median_round_ratio_" + which + "_added"] = median;
     }
-  }
+  };
+  compare("gateway", "");
+  compare("nginx-b", "control_");
   if (!f.json_out.empty()) std::ofstream(f.json_out) << out.dump(2) << "\n";
 
-  if (nginx != 0) {
-    kill(nginx, SIGTERM);
-    waitpid(nginx, nullptr, 0);
-    std::filesystem::remove_all(nginx_dir);
+  for (auto [pid, conf_dir] : {std::pair{nginx, nginx_dir}, std::pair{nginx_b, nginx_b_dir}}) {
+    if (pid == 0) continue;
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+    std::filesystem::remove_all(conf_dir);
   }
   (*gws)->Stop();
   (*gw)->Stop();
