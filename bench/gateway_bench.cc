@@ -10,7 +10,11 @@
 //                 [--worker-path] [--stub-workers] [--proxy-threads N] [--only TARGET]
 //                 [--pin LOADGEN,STUB,PROXY] [--usage log|null] [--prompt-bytes N]
 //                 [--stub-usage header|body] [--slice MS] [--nginx-log off|buffered] [--control]
+//                 [--gateway-process path/to/aicloud]
 //
+// --gateway-process AICLOUD adds "gw-process": the same gateway run as `AICLOUD gateway
+// --upstreams` in a process of its own, as nginx runs (the "gateway" target shares this process
+// with the load generator and the stub: its memory, allocator and page tables).
 // --control adds a fifth target, "nginx-b": a second nginx, configured as the first, reported
 // against it as the gateway is (nginx-b added / nginx added). Two identical proxies differ only by
 // the machine's noise, so its spread is what a ratio of this benchmark can be trusted to: with
@@ -100,6 +104,7 @@ struct Flags {
   std::string usage = "log";  // the gateways' usage sink: log (JSON lines to /dev/null) or null
   std::string nginx_log = "off";  // nginx's access log: off, or buffered (a file in its directory)
   bool control = false;           // a second nginx, "nginx-b", measured against the first
+  std::string gateway_process;    // the aicloud binary: adds "gw-process", the gateway in its own process
   std::vector<int> pin;   // CPUs of the load generator, the stub and the proxies; empty: unpinned
   size_t prompt_bytes = 0;  // pad the user message to this many bytes (a RAG-sized prompt)
   std::string stub_usage = "header";  // header: usage also in x-aicloud-usage, as aicloud's engine; body: only in the body
@@ -460,6 +465,45 @@ uint16_t FreePort() {
   return ntohs(a.sin_port);
 }
 
+// Runs `args` and waits until something listens on 127.0.0.1:port (5 s at most); returns its pid,
+// or 0 with *why saying so and holding what `log` says. log_fd >= 0: its stdout and stderr.
+pid_t SpawnListening(std::vector<std::string> args, uint16_t port, const std::string& log, std::string* why,
+                     int log_fd = -1) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (log_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, log_fd, 1);
+    posix_spawn_file_actions_adddup2(&actions, log_fd, 2);
+  }
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    *why = "cannot start " + args[0];
+    return 0;
+  }
+  for (int i = 0; i < 100; ++i) {  // wait until it listens
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool up = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    if (up) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  *why = args[0] + " did not start: " + text;
+  return 0;
+}
+
 // Starts nginx proxying 127.0.0.1:port -> stub; returns its pid (0 when it cannot run).
 pid_t StartNginx(const Flags& f, uint16_t stub_port, uint16_t port, std::string* dir_out, std::string* why) {
   if (access(f.nginx.c_str(), X_OK) != 0) {
@@ -502,32 +546,43 @@ pid_t StartNginx(const Flags& f, uint16_t stub_port, uint16_t port, std::string*
   for (std::string a : {std::string("-p"), dir, std::string("-c"), dir + "/nginx.conf", std::string("-e"), dir + "/error.log"}) {
     args.push_back(std::move(a));
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
-    *why = "cannot start " + args[0];
+  const pid_t pid = SpawnListening(args, port, dir + "/error.log", why);
+  if (pid == 0) std::filesystem::remove_all(dir);
+  return pid;
+}
+
+// The aicloud gateway of the in-process target, as its own process (`aicloud gateway
+// --upstreams`): the same route, key, limits, budgets, policy, I/O threads and usage log, from a
+// generated upstreams file. Returns its pid (0 when it cannot run).
+pid_t StartGatewayProcess(const Flags& f, uint16_t stub_port, uint16_t port, std::string* dir_out, std::string* why) {
+  if (access(f.gateway_process.c_str(), X_OK) != 0) {
+    *why = f.gateway_process + " not found (build the aicloud target)";
     return 0;
   }
-  for (int i = 0; i < 100; ++i) {  // wait until it listens
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool up = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-    close(fd);
-    if (up) return pid;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  char tmpl[] = "/tmp/aicloud-gw-bench-process.XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  *dir_out = dir;
+  std::ofstream up(dir + "/upstreams.yaml");
+  up << "models:\n  - model: m\n    tenant: bench\n    price: {prompt: 0.1, completion: 0.2}\n"
+     << "    replicas: [{url: 127.0.0.1:" << stub_port << ", id: stub}]\n";
+  if (f.limits) {  // as the in-process gateway's caller
+    up << "tenants:\n  bench: {rpm: 100000000, budget: {cost: 1000000000000, period: 1d}}\n"
+       << "keys:\n  - {key: sk-bench, id: bench, tenant: bench, rpm: 100000000, tpm: 1000000000000,\n"
+       << "     budget: {tokens: 1000000000000, period: 1d}}\n";
+  } else {
+    up << "keys:\n  - {key: sk-bench, id: bench, tenant: bench}\n";
   }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  std::ifstream log(dir + "/error.log");
-  std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  *why = "nginx did not start: " + text;
-  std::filesystem::remove_all(dir);
-  return 0;
+  up.close();
+  std::vector<std::string> args = {f.gateway_process, "gateway", "--upstreams", dir + "/upstreams.yaml",
+                                   "--listen", "127.0.0.1:" + std::to_string(port), "--policy", f.policy,
+                                   "--threads", std::to_string(f.proxy_threads), "--workers", "8",
+                                   "--usage-log", f.usage == "null" ? "none" : "/dev/null"};
+  // Its log (start-up lines, errors) goes to a file, read back when it does not start.
+  const int log_fd = open((dir + "/gateway.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const pid_t pid = SpawnListening(args, port, dir + "/gateway.log", why, log_fd);
+  if (log_fd >= 0) close(log_fd);
+  if (pid == 0) std::filesystem::remove_all(dir);
+  return pid;
 }
 
 int Main(int argc, char** argv) {
@@ -556,6 +611,7 @@ int Main(int argc, char** argv) {
     else if (a == "--proxy-threads") f.proxy_threads = std::max(1, std::stoi(val()));
     else if (a == "--usage") f.usage = val();
     else if (a == "--control") f.control = true;
+    else if (a == "--gateway-process") f.gateway_process = val();
     else if (a == "--nginx-log") {
       f.nginx_log = val();
       if (f.nginx_log != "off" && f.nginx_log != "buffered") {
@@ -590,7 +646,7 @@ int Main(int argc, char** argv) {
                    "                     [--worker-path] [--stub-workers] [--only TARGET]\n"
                    "                     [--proxy-threads N] [--pin LOADGEN,STUB,PROXY] [--usage log|null]\n"
                    "                     [--prompt-bytes N] [--stub-usage header|body] [--slice MS]\n"
-                   "                     [--nginx-log off|buffered] [--control]\n");
+                   "                     [--nginx-log off|buffered] [--control] [--gateway-process AICLOUD]\n");
       return 2;
     }
   }
@@ -690,6 +746,16 @@ int Main(int argc, char** argv) {
   const uint16_t nginx_port = FreePort();
   pid_t nginx = StartNginx(f, stub_port, nginx_port, &nginx_dir, &why);
   if (nginx == 0) std::fprintf(stderr, "nginx: skipped: %s\n", why.c_str());
+  std::string gw_process_dir;
+  const uint16_t gw_process_port = FreePort();
+  pid_t gw_process = 0;
+  if (!f.gateway_process.empty()) {
+    gw_process = StartGatewayProcess(f, stub_port, gw_process_port, &gw_process_dir, &why);
+    if (gw_process == 0) {
+      std::fprintf(stderr, "error: gw-process: %s\n", why.c_str());
+      return 1;
+    }
+  }
   std::string nginx_b_dir;
   const uint16_t nginx_b_port = FreePort();
   pid_t nginx_b = 0;
@@ -723,6 +789,7 @@ int Main(int argc, char** argv) {
   if (nginx != 0) targets.push_back({"nginx", nginx_port, std::to_string(nginx), {}, {}});
   if (gws_worker) targets.push_back({"gw-worker", gws_worker->port(), "self", worker_threads, {}});
   if (nginx_b != 0) targets.push_back({"nginx-b", nginx_b_port, std::to_string(nginx_b), {}, {}});
+  if (gw_process != 0) targets.push_back({"gw-process", gw_process_port, std::to_string(gw_process), {}, {}});
   if (!f.only.empty()) {
     std::erase_if(targets, [&](const Target& t) {
       return t.name != f.only && t.name != "direct" && !(t.name == "nginx-b" && f.only == "nginx");
@@ -819,7 +886,7 @@ int Main(int argc, char** argv) {
                               {"round_kernel_threads_ms", round_kernel_ms}};
   }
   std::printf("\nadded latency over direct (difference of percentiles):\n");
-  for (const char* name : {"gateway", "nginx", "gw-worker", "nginx-b"}) {
+  for (const char* name : {"gateway", "nginx", "gw-worker", "nginx-b", "gw-process"}) {
     if (!pct.contains(name)) continue;
     std::array<double, 3> a;
     for (int i = 0; i < 3; ++i) a[i] = pct[name][i] - pct["direct"][i];
@@ -871,9 +938,11 @@ int Main(int argc, char** argv) {
   };
   compare("gateway", "");
   compare("nginx-b", "control_");
+  compare("gw-process", "process_");
   if (!f.json_out.empty()) std::ofstream(f.json_out) << out.dump(2) << "\n";
 
-  for (auto [pid, conf_dir] : {std::pair{nginx, nginx_dir}, std::pair{nginx_b, nginx_b_dir}}) {
+  for (auto [pid, conf_dir] :
+       {std::pair{nginx, nginx_dir}, std::pair{nginx_b, nginx_b_dir}, std::pair{gw_process, gw_process_dir}}) {
     if (pid == 0) continue;
     kill(pid, SIGTERM);
     waitpid(pid, nullptr, 0);
