@@ -68,6 +68,8 @@ std::string PeriodName(int64_t s) {
 BudgetLedger::BudgetLedger(store::Store* store, std::function<int64_t()> wall_seconds, BudgetLedgerOptions options)
     : store_(store), wall_seconds_(std::move(wall_seconds)), options_(std::move(options)) {
   if (options_.id.empty()) options_.id = auth::RandomHex(8);
+  std::random_device rd;
+  write_seq_ = (uint64_t{rd()} << 32 | rd()) >> 1;  // random start, far from wrapping
 }
 
 std::string BudgetLedger::ObjectName(const std::string& scope) {
@@ -91,6 +93,9 @@ void BudgetLedger::RollLocked(Entry& e, int64_t now_s) const {
     e.others_held_tokens = 0;
     e.others_held_cost = 0;
     e.grant_expires = 0;
+    e.doubt_seq = 0;  // what was in doubt was the old period's
+    e.doubt_tokens = 0;
+    e.doubt_cost = 0;
     // Requests still in flight belong to the period they were admitted in: they settle there
     // (Settle drops them), so the new period starts with nothing reserved either.
     e.reserved_tokens = 0;
@@ -321,6 +326,8 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     int64_t spent_tokens = 0, others_tokens = 0, others_held_tokens = 0, others_live = 0;
     double spent_cost = 0, others_cost = 0, others_held_cost = 0;
     store::json grants = store::json::object();
+    store::json settled = store::json::object();  // write numbers: the others' kept, ours replaced
+    std::string stored_seq;                        // this ledger's last write number that landed
     if (cur.ok()) {
       const store::json& spec = ObjectField(*cur, "spec");
       const store::json& st = ObjectField(*cur, "status");
@@ -332,6 +339,18 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
       if (same_length && stored_start == period_start) {
         spent_tokens = std::min(IntField(st, "spentTokens"), kMaxAmount);
         spent_cost = std::min(NumField(st, "spentCost"), static_cast<double>(kMaxAmount));
+        const store::json& s = ObjectField(st, "settled");
+        for (auto it = s.begin(); it != s.end(); ++it) {
+          if (!it.value().is_object()) continue;
+          auto seq = it.value().find("seq");
+          if (seq == it.value().end() || !seq->is_string()) continue;
+          if (it.key() == options_.id) {
+            stored_seq = seq->get<std::string>();
+            continue;
+          }
+          const int64_t expires = SignedIntField(it.value(), "expires", 0);
+          if (expires > now && expires <= now + 20 * options_.lease_s) settled[it.key()] = it.value();
+        }
         const store::json& g = ObjectField(st, "grants");
         std::lock_guard<std::mutex> lock(mu_);
         const Entry& e = entries_[name];
@@ -357,11 +376,23 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     // the store holds now and the one being written.
     int64_t unflushed_tokens, reserved_tokens, grant_tokens, old_grant_tokens;
     double unflushed_cost, grant_cost, old_grant_cost, reserved_cost_now;
-    uint64_t reserves;
+    uint64_t reserves, seq;
     {
       std::lock_guard<std::mutex> lock(mu_);
       Entry& e = entries_[name];
       if (e.period_start != period_start) continue;  // rolled meanwhile: look again
+      if (e.doubt_seq != 0) {
+        // The write in doubt landed if the object holds its number: its spending is then in
+        // spent already, and no longer owed.
+        if (stored_seq == std::to_string(e.doubt_seq)) {
+          e.unflushed_tokens -= e.doubt_tokens;
+          e.unflushed_cost -= e.doubt_cost;
+        }
+        e.doubt_seq = 0;
+        e.doubt_tokens = 0;
+        e.doubt_cost = 0;
+      }
+      seq = ++write_seq_;
       unflushed_tokens = e.unflushed_tokens;
       unflushed_cost = e.unflushed_cost;
       reserved_tokens = e.reserved_tokens;
@@ -400,11 +431,13 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     const bool changes = unflushed_tokens != 0 || unflushed_cost != 0 || grant_tokens > 0 || grant_cost > 0 ||
                          old_grant_tokens > 0 || old_grant_cost > 0 || !cur.ok();
     if (changes) {
+      settled[options_.id] = {{"seq", std::to_string(seq)}, {"expires", now + 10 * options_.lease_s}};
       store::json o = {{"apiVersion", "aicloud/v1"},
                        {"kind", kKind},
                        {"metadata", {{"name", key.name}, {"tenant", tenant}}},
                        {"spec", {{"scope", name}, {"periodStart", period_start}, {"periodSeconds", period_s}}},
-                       {"status", {{"spentTokens", spent_tokens}, {"spentCost", spent_cost}, {"grants", grants}}}};
+                       {"status",
+                        {{"spentTokens", spent_tokens}, {"spentCost", spent_cost}, {"grants", grants}, {"settled", settled}}}};
       StatusOr<store::json> w = cur.ok() ? store_->Update(o, store::ResourceVersionOf(*cur)) : store_->Create(o);
       written = w.status();
     }
@@ -418,7 +451,13 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
         continue;
       }
       // Unknown outcome (the write may have landed): keep admitting within both grants until a
-      // sync succeeds. (Its settled spending may then be counted twice: too much, never too little.)
+      // sync succeeds, and let the next sync tell from the write number whether this one's
+      // settled spending is in the shared total already.
+      if (e.period_start == period_start) {
+        e.doubt_seq = seq;
+        e.doubt_tokens = unflushed_tokens;
+        e.doubt_cost = unflushed_cost;
+      }
       return written;
     }
     e.sync_limit_tokens = -1;  // the store holds the new grant
@@ -472,7 +511,7 @@ size_t BudgetLedger::Prune(int64_t idle_s) {
     const bool holds = e.in_flight > 0 || e.reserved_tokens > 0 || e.reserved_cost > 0 || e.unflushed_tokens != 0 ||
                        e.unflushed_cost != 0 || e.grant_tokens > 0 || e.grant_cost > 0 ||
                        (store_ != nullptr && e.active) ||  // "reserved since the last sync": a store's
-                       e.sync_limit_tokens >= 0 || e.sync_limit_cost >= 0;
+                       e.sync_limit_tokens >= 0 || e.sync_limit_cost >= 0 || e.doubt_seq != 0;
     if (holds || now - e.used_at < idle_s) return false;
     if (store_ != nullptr) return true;
     return e.period_s > 0 && now >= e.period_start + e.period_s;

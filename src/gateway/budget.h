@@ -11,7 +11,8 @@
 //
 // Several gateways. With a Store, each scope's budget is shared through its GatewayBudget object
 // (tenant = the scope's tenant; spec {scope, periodStart, periodSeconds}; status {spentTokens,
-// spentCost, grants: {<ledger id>: {tokens, cost, expires}}}): a ledger admits requests only
+// spentCost, grants: {<ledger id>: {tokens, cost, expires}}, settled: {<ledger id>: {seq,
+// expires}}}): a ledger admits requests only
 // within its own GRANT, a share of the budget it took from that object with a compare-and-swap
 // update that keeps spent + the live grants of all ledgers <= budget. So each request is checked
 // in memory, and no two gateways can hand out the same tokens. A grant covers what the ledger has
@@ -21,7 +22,9 @@
 // settled spending into the shared total, shrinks the grant back to what is in flight (+ a chunk
 // while requests keep coming) and renews its lease: a grant not renewed for `lease_s` (a gateway
 // that died) no longer counts, so its share comes back to the others. Spending is settled into
-// the object by whichever ledger spent it, so it adds up across gateways and restarts.
+// the object by whichever ledger spent it, so it adds up across gateways and restarts. Each
+// write carries the ledger's write number (status.settled), so spending whose write timed out
+// is added once: the next sync reads back whether that write landed.
 // Without a store the ledger is one process's memory.
 //
 // Periods are fixed windows aligned to the Unix epoch (a 1d budget resets at 00:00 UTC); period 0
@@ -144,6 +147,13 @@ class BudgetLedger {
     // what is admitted meanwhile fits both the stored grant and the one being written). -1 = none.
     int64_t sync_limit_tokens = -1;
     double sync_limit_cost = -1;
+    // A sync whose write may or may not have landed (the store timed out): the number it was
+    // written under and the settled spending it carried. The next sync reads the number back
+    // from status.settled: there -> that spending is in the shared total (not added again);
+    // absent -> it is still owed. 0 = none in doubt.
+    uint64_t doubt_seq = 0;
+    int64_t doubt_tokens = 0;
+    double doubt_cost = 0;
     uint64_t reserves = 0;      // Reserve calls so far (to tell whether one came during a sync)
     int64_t used_at = 0;        // wall seconds of the last Reserve or Settle
     bool active = false;        // reserved since the last sync
@@ -160,6 +170,8 @@ class BudgetLedger {
   const std::function<int64_t()> wall_seconds_;
   BudgetLedgerOptions options_;
   mutable std::mutex mu_;
+  uint64_t write_seq_;  // GUARDED_BY(mu_); numbers this ledger's writes (random start, so a restart
+                        // with the same id does not meet its own old numbers)
   // The scope's entry, made (empty) when it has none. REQUIRES: mu_ held.
   Entry& EntryLocked(std::string_view name);
 

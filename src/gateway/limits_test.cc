@@ -363,9 +363,17 @@ class HookStore : public store::testing::ForwardingStore {
   using ForwardingStore::ForwardingStore;
   std::function<void()> during_commit;
   bool fail_commits = false;  // every write answers UNAVAILABLE
+  // The next this-many writes answer DEADLINE_EXCEEDED: after applying them (`land`) or not.
+  int time_out_writes = 0;
+  bool land = false;
   StatusOr<std::vector<store::json>> Commit(std::vector<store::WriteOp> ops) override {
     if (fail_commits) return UnavailableError("store down");
     if (during_commit) std::exchange(during_commit, nullptr)();
+    if (time_out_writes > 0) {
+      --time_out_writes;
+      if (land) (void)inner()->Commit(std::move(ops));
+      return DeadlineExceededError("store timed out");
+    }
     return inner()->Commit(std::move(ops));
   }
 };
@@ -448,6 +456,36 @@ TEST(BudgetLedger, ASlowSyncOfOneScopeDoesNotHoldUpAnother) {
   EXPECT_TRUE(stuck.get().ok());
   EXPECT_EQ(ledger.Usage("tenant slow").reserved_tokens, 100);
   EXPECT_EQ(ledger.Usage("tenant fast").reserved_tokens, 100);
+}
+
+// A flush whose write timed out may have landed or not; the next flush tells which from the
+// ledger's write number in the object, so the spending is in the shared total exactly once
+// either way (it was added twice when the write had landed).
+TEST(BudgetLedger, SpendingWhoseWriteTimedOutIsCountedOnce) {
+  for (const bool landed : {true, false}) {
+    SCOPED_TRACE(landed ? "the write landed" : "the write was lost");
+    store::MemoryStore mem;
+    HookStore hs(&mem);
+    auto wall = [] { return int64_t{1'000}; };
+    Limits l{.budget_tokens = 100'000};
+    std::vector<BudgetScope> s = {{"tenant t", "t", &l}};
+    BudgetLedger a(&hs, wall, {.id = "a"});
+    StatusOr<BudgetReservation> r = a.Reserve(s, 500, 0);
+    ASSERT_TRUE(r.ok()) << r.status();
+    a.Settle(*r, 300, 0);
+    hs.time_out_writes = 1;
+    hs.land = landed;
+    EXPECT_EQ(a.Flush().code(), StatusCode::kDeadlineExceeded);
+    StatusOr<BudgetReservation> r2 = a.Reserve(s, 500, 0);  // more spending meanwhile
+    ASSERT_TRUE(r2.ok()) << r2.status();
+    a.Settle(*r2, 200, 0);
+    ASSERT_TRUE(a.Flush().ok());
+    ASSERT_TRUE(a.Flush().ok());  // nothing left to settle: the total stays
+    BudgetLedger reader(&hs, wall, {.id = "reader"});
+    ASSERT_TRUE(reader.Load().ok());
+    EXPECT_EQ(reader.Usage("tenant t").spent_tokens, 500);
+    EXPECT_EQ(a.Usage("tenant t").spent_tokens, 500);
+  }
 }
 
 // A GatewayBudget edited by hand or by a foreign tool must not crash or wedge the gateway:
