@@ -23,6 +23,14 @@ constexpr const char* kKind = "GatewayBudget";
 constexpr int64_t kLeaseMarginS = 2;
 constexpr int64_t kMaxAmount = int64_t{1} << 60;  // stored amounts are clamped to this (no overflow)
 constexpr int kSyncAttempts = 16;
+// Writes in doubt remembered per scope (a store failing every second for a minute); the oldest
+// goes first, and if it was the one that landed its spending is counted twice (too much, never
+// too little).
+constexpr size_t kMaxDoubts = 64;
+// How long a ledger's last write number stays in status.settled without its ledger writing
+// again: the longest a gateway can be cut off from the store and still settle a write in doubt
+// exactly once. Other ledgers carry the entries over, and drop them after this.
+constexpr int64_t kSettledKeepS = 3600;
 constexpr int kReserveRounds = 6;
 constexpr int kSpareRetryAfterS = 2;
 
@@ -93,9 +101,7 @@ void BudgetLedger::RollLocked(Entry& e, int64_t now_s) const {
     e.others_held_tokens = 0;
     e.others_held_cost = 0;
     e.grant_expires = 0;
-    e.doubt_seq = 0;  // what was in doubt was the old period's
-    e.doubt_tokens = 0;
-    e.doubt_cost = 0;
+    e.doubts.clear();  // what was in doubt was the old period's
     // Requests still in flight belong to the period they were admitted in: they settle there
     // (Settle drops them), so the new period starts with nothing reserved either.
     e.reserved_tokens = 0;
@@ -311,11 +317,16 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     }
     const int64_t now = wall_seconds_();
     std::string tenant;
-    int64_t period_s, period_start;
+    int64_t period_s, period_start, budget_tokens;
+    double budget_cost;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      Entry& e = entries_[name];
+      auto found = entries_.find(name);
+      if (found == entries_.end()) return OkStatus();  // pruned: nothing to sync
+      Entry& e = found->second;
       RollLocked(e, now);
+      budget_tokens = std::max<int64_t>(e.budget_tokens, 0);
+      budget_cost = std::max(e.budget_cost, 0.0);
       tenant = e.tenant;
       period_s = e.period_s;
       period_start = e.period_start;
@@ -349,24 +360,22 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
             continue;
           }
           const int64_t expires = SignedIntField(it.value(), "expires", 0);
-          if (expires > now && expires <= now + 20 * options_.lease_s) settled[it.key()] = it.value();
+          if (expires > now && expires <= now + 2 * kSettledKeepS) settled[it.key()] = it.value();  // clocks differ
         }
         const store::json& g = ObjectField(st, "grants");
-        std::lock_guard<std::mutex> lock(mu_);
-        const Entry& e = entries_[name];
         for (auto it = g.begin(); it != g.end(); ++it) {
           if (it.key() == options_.id || !it.value().is_object()) continue;
           const int64_t expires = SignedIntField(it.value(), "expires", 0);
           // Gone, or a lease no gateway would write (a bogus object must not lock the budget).
           if (expires <= now || expires > now + 10 * options_.lease_s) continue;
-          const int64_t t = std::min(IntField(it.value(), "tokens"), std::max<int64_t>(e.budget_tokens, 0));
-          const double c = std::min(NumField(it.value(), "cost"), std::max(e.budget_cost, 0.0));
+          const int64_t t = std::min(IntField(it.value(), "tokens"), budget_tokens);
+          const double c = std::min(NumField(it.value(), "cost"), budget_cost);
           const int64_t ht = std::min(IntField(it.value(), "heldTokens"), t);
           const double hc = std::min(NumField(it.value(), "heldCost"), c);
-          others_tokens = std::min(others_tokens + t, std::max<int64_t>(e.budget_tokens, 0));
-          others_cost = std::min(others_cost + c, std::max(e.budget_cost, 0.0));
-          others_held_tokens = std::min(others_held_tokens + ht, std::max<int64_t>(e.budget_tokens, 0));
-          others_held_cost = std::min(others_held_cost + hc, std::max(e.budget_cost, 0.0));
+          others_tokens = std::min(others_tokens + t, budget_tokens);
+          others_cost = std::min(others_cost + c, budget_cost);
+          others_held_tokens = std::min(others_held_tokens + ht, budget_tokens);
+          others_held_cost = std::min(others_held_cost + hc, budget_cost);
           ++others_live;
           grants[it.key()] = {{"tokens", t}, {"cost", c}, {"heldTokens", ht}, {"heldCost", hc}, {"expires", expires}};
         }
@@ -379,30 +388,31 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     uint64_t reserves, seq;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      Entry& e = entries_[name];
+      auto found = entries_.find(name);
+      if (found == entries_.end()) return OkStatus();  // pruned meanwhile: nothing to sync
+      Entry& e = found->second;
       if (e.period_start != period_start) continue;  // rolled meanwhile: look again
-      if (e.doubt_seq != 0) {
-        // The write in doubt landed if the object holds its number: its spending is then in
-        // spent already, and no longer owed.
-        if (stored_seq == std::to_string(e.doubt_seq)) {
-          e.unflushed_tokens -= e.doubt_tokens;
-          e.unflushed_cost -= e.doubt_cost;
-        }
-        e.doubt_seq = 0;
-        e.doubt_tokens = 0;
-        e.doubt_cost = 0;
-      }
       seq = ++write_seq_;
       unflushed_tokens = e.unflushed_tokens;
       unflushed_cost = e.unflushed_cost;
+      // Of what is unflushed, the part a write in doubt that landed carried is in spent already.
+      int64_t landed_tokens = 0;
+      double landed_cost = 0;
+      for (const Entry::Doubt& d : e.doubts) {
+        if (!stored_seq.empty() && stored_seq == std::to_string(d.seq)) {
+          landed_tokens = d.tokens;
+          landed_cost = d.cost;
+          break;
+        }
+      }
       reserved_tokens = e.reserved_tokens;
       const double reserved_cost = e.reserved_cost;
       reserved_cost_now = reserved_cost;
       reserves = e.reserves;
       old_grant_tokens = e.grant_tokens;
       old_grant_cost = e.grant_cost;
-      spent_tokens += unflushed_tokens;
-      spent_cost += unflushed_cost;
+      spent_tokens += unflushed_tokens - landed_tokens;
+      spent_cost += unflushed_cost - landed_cost;
       // What this ledger holds from now: its reservations (never less: they are out already),
       // what it was asked for, and a chunk of room while requests come, within what is left.
       // The room asked for shrinks as more gateways share the budget, so the spare room of many
@@ -431,7 +441,7 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     const bool changes = unflushed_tokens != 0 || unflushed_cost != 0 || grant_tokens > 0 || grant_cost > 0 ||
                          old_grant_tokens > 0 || old_grant_cost > 0 || !cur.ok();
     if (changes) {
-      settled[options_.id] = {{"seq", std::to_string(seq)}, {"expires", now + 10 * options_.lease_s}};
+      settled[options_.id] = {{"seq", std::to_string(seq)}, {"expires", now + kSettledKeepS}};
       store::json o = {{"apiVersion", "aicloud/v1"},
                        {"kind", kKind},
                        {"metadata", {{"name", key.name}, {"tenant", tenant}}},
@@ -442,22 +452,23 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
       written = w.status();
     }
     std::lock_guard<std::mutex> lock(mu_);
-    Entry& e = entries_[name];
+    auto found = entries_.find(name);
+    if (found == entries_.end()) return written;  // cannot happen: Prune keeps a scope being synced
+    Entry& e = found->second;
     if (!written.ok()) {
+      // Whatever the answer, the write may have landed (a refusal can answer a resent copy of a
+      // request whose first copy landed): a later sync tells from its number.
+      if (changes && (unflushed_tokens != 0 || unflushed_cost != 0) && e.period_start == period_start) {
+        if (e.doubts.size() >= kMaxDoubts) e.doubts.erase(e.doubts.begin());
+        e.doubts.push_back({seq, unflushed_tokens, unflushed_cost});
+      }
       const StatusCode c = written.code();
       if (c == StatusCode::kAborted || c == StatusCode::kAlreadyExists || c == StatusCode::kNotFound) {
         e.sync_limit_tokens = -1;  // refused: the store still holds the old grant
         e.sync_limit_cost = -1;
         continue;
       }
-      // Unknown outcome (the write may have landed): keep admitting within both grants until a
-      // sync succeeds, and let the next sync tell from the write number whether this one's
-      // settled spending is in the shared total already.
-      if (e.period_start == period_start) {
-        e.doubt_seq = seq;
-        e.doubt_tokens = unflushed_tokens;
-        e.doubt_cost = unflushed_cost;
-      }
+      // Unknown outcome: keep admitting within both grants until a sync succeeds.
       return written;
     }
     e.sync_limit_tokens = -1;  // the store holds the new grant
@@ -467,6 +478,7 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     e.spent_cost = spent_cost;
     e.unflushed_tokens -= unflushed_tokens;  // settlements during the round trip stay
     e.unflushed_cost -= unflushed_cost;
+    if (changes) e.doubts.clear();  // none of them can land after this compare-and-swap
     e.grant_tokens = grant_tokens;
     e.grant_cost = grant_cost;
     e.others_tokens = others_tokens;
@@ -511,7 +523,7 @@ size_t BudgetLedger::Prune(int64_t idle_s) {
     const bool holds = e.in_flight > 0 || e.reserved_tokens > 0 || e.reserved_cost > 0 || e.unflushed_tokens != 0 ||
                        e.unflushed_cost != 0 || e.grant_tokens > 0 || e.grant_cost > 0 ||
                        (store_ != nullptr && e.active) ||  // "reserved since the last sync": a store's
-                       e.sync_limit_tokens >= 0 || e.sync_limit_cost >= 0 || e.doubt_seq != 0;
+                       e.sync_limit_tokens >= 0 || e.sync_limit_cost >= 0 || !e.doubts.empty();
     if (holds || now - e.used_at < idle_s) return false;
     if (store_ != nullptr) return true;
     return e.period_s > 0 && now >= e.period_start + e.period_s;

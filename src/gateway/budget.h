@@ -147,13 +147,19 @@ class BudgetLedger {
     // what is admitted meanwhile fits both the stored grant and the one being written). -1 = none.
     int64_t sync_limit_tokens = -1;
     double sync_limit_cost = -1;
-    // A sync whose write may or may not have landed (the store timed out): the number it was
-    // written under and the settled spending it carried. The next sync reads the number back
-    // from status.settled: there -> that spending is in the shared total (not added again);
-    // absent -> it is still owed. 0 = none in doubt.
-    uint64_t doubt_seq = 0;
-    int64_t doubt_tokens = 0;
-    double doubt_cost = 0;
+    // Writes since the last one known to have landed that did not succeed: timed out, or refused
+    // (a refusal may answer a resent request whose first copy landed). Each with the number it
+    // was written under and the settled spending that would be in the shared total if it landed
+    // (this ledger's unsettled-to-the-store spending when it was written). A sync reads the
+    // number of the ledger's last write that landed from status.settled; a match tells how much
+    // of what is unflushed here the total holds already. Cleared when a write succeeds: it was a
+    // compare-and-swap on a version none of them had reached, so none of them can land after it.
+    struct Doubt {
+      uint64_t seq;
+      int64_t tokens;
+      double cost;
+    };
+    std::vector<Doubt> doubts;
     uint64_t reserves = 0;      // Reserve calls so far (to tell whether one came during a sync)
     int64_t used_at = 0;        // wall seconds of the last Reserve or Settle
     bool active = false;        // reserved since the last sync

@@ -84,8 +84,10 @@ struct Gateway::Call {
   // Names the caller's scopes and points the rate-limit scopes at them and into `who`: (re)build
   // them after `who` is set or the Call moved.
   void PointScopes() {
-    key_scope.assign("key ").append(who->key_id);
-    tenant_scope.assign("tenant ").append(who->tenant);
+    if (who->key_limits.HasRate() || who->key_limits.HasBudget()) key_scope.assign("key ").append(who->key_id);
+    if (who->tenant_limits.HasRate() || who->tenant_limits.HasBudget()) {
+      tenant_scope.assign("tenant ").append(who->tenant);
+    }
     rate_scopes.clear();
     rate_scopes.reserve(2);
     if (who->key_limits.HasRate()) rate_scopes.push_back({key_scope, &who->key_limits});

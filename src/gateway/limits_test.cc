@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -363,19 +364,26 @@ class HookStore : public store::testing::ForwardingStore {
   using ForwardingStore::ForwardingStore;
   std::function<void()> during_commit;
   bool fail_commits = false;  // every write answers UNAVAILABLE
-  // The next this-many writes answer DEADLINE_EXCEEDED: after applying them (`land`) or not.
-  int time_out_writes = 0;
-  bool land = false;
+  // What the next failing write does before it answers `fail_with` (once).
+  enum class Fate { kLost, kLands, kLandsLate };
+  int fail_writes = 0;
+  Fate fate = Fate::kLost;
+  StatusCode fail_with = StatusCode::kDeadlineExceeded;
   StatusOr<std::vector<store::json>> Commit(std::vector<store::WriteOp> ops) override {
     if (fail_commits) return UnavailableError("store down");
     if (during_commit) std::exchange(during_commit, nullptr)();
-    if (time_out_writes > 0) {
-      --time_out_writes;
-      if (land) (void)inner()->Commit(std::move(ops));
-      return DeadlineExceededError("store timed out");
+    if (late_) (void)inner()->Commit(*std::exchange(late_, std::nullopt));  // lands before this one
+    if (fail_writes > 0) {
+      --fail_writes;
+      if (fate == Fate::kLands) (void)inner()->Commit(std::move(ops));
+      if (fate == Fate::kLandsLate) late_ = std::move(ops);
+      return Status(fail_with, "store timed out");
     }
     return inner()->Commit(std::move(ops));
   }
+
+ private:
+  std::optional<std::vector<store::WriteOp>> late_;
 };
 
 // A flush that shrinks a grant must not let the I/O thread admit, during the store write, what
@@ -458,12 +466,24 @@ TEST(BudgetLedger, ASlowSyncOfOneScopeDoesNotHoldUpAnother) {
   EXPECT_EQ(ledger.Usage("tenant fast").reserved_tokens, 100);
 }
 
-// A flush whose write timed out may have landed or not; the next flush tells which from the
-// ledger's write number in the object, so the spending is in the shared total exactly once
-// either way (it was added twice when the write had landed).
-TEST(BudgetLedger, SpendingWhoseWriteTimedOutIsCountedOnce) {
-  for (const bool landed : {true, false}) {
-    SCOPED_TRACE(landed ? "the write landed" : "the write was lost");
+// A flush whose write failed may have landed or not: it timed out, it lands only after the next
+// flush read the object (so that flush's write is refused and retried), or it was refused after
+// landing (the answer to a resent copy). The ledger's write number in the object tells which, so
+// the spending is in the shared total exactly once in every case (it was added twice when the
+// write had landed).
+TEST(BudgetLedger, SpendingWhoseWriteFailedIsCountedOnce) {
+  using Fate = HookStore::Fate;
+  struct Case {
+    const char* name;
+    Fate fate;
+    StatusCode code;
+  };
+  for (const Case& c : {Case{"timed out, lost", Fate::kLost, StatusCode::kDeadlineExceeded},
+                        Case{"timed out, landed", Fate::kLands, StatusCode::kDeadlineExceeded},
+                        Case{"timed out, landed late", Fate::kLandsLate, StatusCode::kDeadlineExceeded},
+                        Case{"refused after landing", Fate::kLands, StatusCode::kAborted},
+                        Case{"unavailable, landed late", Fate::kLandsLate, StatusCode::kUnavailable}}) {
+    SCOPED_TRACE(c.name);
     store::MemoryStore mem;
     HookStore hs(&mem);
     auto wall = [] { return int64_t{1'000}; };
@@ -473,9 +493,10 @@ TEST(BudgetLedger, SpendingWhoseWriteTimedOutIsCountedOnce) {
     StatusOr<BudgetReservation> r = a.Reserve(s, 500, 0);
     ASSERT_TRUE(r.ok()) << r.status();
     a.Settle(*r, 300, 0);
-    hs.time_out_writes = 1;
-    hs.land = landed;
-    EXPECT_EQ(a.Flush().code(), StatusCode::kDeadlineExceeded);
+    hs.fail_writes = 1;
+    hs.fate = c.fate;
+    hs.fail_with = c.code;
+    (void)a.Flush();  // fails, or (refused) is retried within the flush
     StatusOr<BudgetReservation> r2 = a.Reserve(s, 500, 0);  // more spending meanwhile
     ASSERT_TRUE(r2.ok()) << r2.status();
     a.Settle(*r2, 200, 0);
