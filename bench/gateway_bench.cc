@@ -30,7 +30,7 @@
 // parsing the body; --stub-usage body leaves the header out, as an engine of another make would,
 // and the gateway reads the body. --proxy-threads
 // gives the gateways that many I/O threads and nginx that many worker processes; --only runs one
-// target besides direct (for profiling it). --pin puts the load generator, the stub's threads and
+// target besides direct (for profiling it), or those listed ("--only gw-process,nginx"). --pin puts the load generator, the stub's threads and
 // the proxies (the gateways' threads and nginx) each on its own CPU, so that on a machine with
 // cores to spare none of them waits for another's time slice (with --proxy-threads N > 1 the
 // proxies still share that one CPU, and nginx's CPU column counts its master only).
@@ -71,6 +71,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -790,10 +791,15 @@ int Main(int argc, char** argv) {
   if (gws_worker) targets.push_back({"gw-worker", gws_worker->port(), "self", worker_threads, {}});
   if (nginx_b != 0) targets.push_back({"nginx-b", nginx_b_port, std::to_string(nginx_b), {}, {}});
   if (gw_process != 0) targets.push_back({"gw-process", gw_process_port, std::to_string(gw_process), {}, {}});
-  if (!f.only.empty()) {
-    std::erase_if(targets, [&](const Target& t) {
-      return t.name != f.only && t.name != "direct" && !(t.name == "nginx-b" && f.only == "nginx");
-    });
+  if (!f.only.empty()) {  // "gateway", or a list: "gw-process,nginx"
+    std::set<std::string> keep = {"direct"};
+    for (size_t p = 0; p <= f.only.size();) {
+      const size_t comma = std::min(f.only.find(',', p), f.only.size());
+      keep.insert(f.only.substr(p, comma - p));
+      p = comma + 1;
+    }
+    if (keep.contains("nginx")) keep.insert("nginx-b");  // the control goes with nginx
+    std::erase_if(targets, [&](const Target& t) { return !keep.contains(t.name); });
   }
 
 #ifdef AICLOUD_PGO_USE
