@@ -186,8 +186,9 @@ struct Result {
   std::map<std::string, int64_t> kernel_ns;
 };
 
-// The kernel's own threads (children of kthreadd: memory reclaim, softirqs, workqueues) present at
-// construction, whose run time is read from /proc/PID/schedstat through descriptors kept open, so a
+// The kernel's own threads (children of kthreadd, pid 2, outside a PID namespace: memory reclaim,
+// softirqs, workqueues) present at construction (each Run makes its own, so workers started since
+// are counted), whose run time is read from /proc/PID/schedstat through descriptors kept open, so a
 // sample costs one pread per thread (~60 on a small VM). On a shared 2-vCPU machine one of them
 // holding a CPU for milliseconds delays whatever was queued on that CPU; the benchmark reports how
 // long they ran in each target's measured time, so such a stall can be told from the target's own.
@@ -223,14 +224,15 @@ class KernelThreads {
 
   // Run time in ns of each thread (a thread that exited reads as its last value).
   void Sample(std::vector<int64_t>* ns) {
-    ns->resize(threads_.size());
+    last_.resize(threads_.size());
     char buf[96];
     for (size_t i = 0; i < threads_.size(); ++i) {
       const ssize_t n = pread(threads_[i].fd, buf, sizeof(buf) - 1, 0);
       if (n <= 0) continue;
       buf[n] = 0;
-      (*ns)[i] = std::strtoll(buf, nullptr, 10);
+      last_[i] = std::strtoll(buf, nullptr, 10);
     }
+    *ns = last_;
   }
   // Adds `after - before` per thread to `out`, by thread name.
   void AddDelta(const std::vector<int64_t>& before, const std::vector<int64_t>& after,
@@ -248,6 +250,7 @@ class KernelThreads {
   };
   static int open_schedstat(const std::filesystem::path& p) { return ::open(p.c_str(), O_RDONLY | O_CLOEXEC); }
   std::vector<Thread> threads_;
+  std::vector<int64_t> last_;  // each thread's last value read
 };
 
 int64_t Total(const std::map<std::string, int64_t>& by_name) {
@@ -265,7 +268,8 @@ int64_t Total(const std::map<std::string, int64_t>& by_name) {
 // The kernel's threads' run time is charged to the target being measured when it ran (`kernel`,
 // sampled at every slice boundary after the warm-up).
 std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<std::string>& requests, double rate,
-                        double seconds, double warmup, int connections, double slice, KernelThreads& kernel) {
+                        double seconds, double warmup, int connections, double slice) {
+  KernelThreads kernel;
   const size_t targets = ports.size();
   std::vector<Result> res(targets);
   int ep = epoll_create1(0);
@@ -341,7 +345,6 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
   };
   for (;;) {
     auto now = Clock::now();
-    sample_kernel(now, false);
     while (next <= now && next < t_end) {
       backlog[slice_target(next)].push_back(next);
       ++queued;
@@ -357,6 +360,7 @@ std::vector<Result> Run(const std::vector<uint16_t>& ports, const std::vector<st
         --queued;
       }
     }
+    sample_kernel(now, false);  // after the sends due now: a sample does not delay them
     if (next >= t_end && queued == 0 && outstanding == 0) break;
     if (now > t_end + std::chrono::seconds(10)) {  // stuck: count what is left as errors
       for (size_t t = 0; t < targets; ++t) res[t].errors += static_cast<int64_t>(backlog[t].size());
@@ -754,6 +758,11 @@ int Main(int argc, char** argv) {
     gw_process = StartGatewayProcess(f, stub_port, gw_process_port, &gw_process_dir, &why);
     if (gw_process == 0) {
       std::fprintf(stderr, "error: gw-process: %s\n", why.c_str());
+      if (nginx != 0) {
+        kill(nginx, SIGTERM);
+        waitpid(nginx, nullptr, 0);
+        std::filesystem::remove_all(nginx_dir);
+      }
       return 1;
     }
   }
@@ -798,6 +807,22 @@ int Main(int argc, char** argv) {
       keep.insert(f.only.substr(p, comma - p));
       p = comma + 1;
     }
+    for (const std::string& name : keep) {
+      if (std::none_of(targets.begin(), targets.end(), [&](const Target& t) { return t.name == name; })) {
+        std::fprintf(stderr, "error: --only %s: no such target here (gateway, nginx, gw-worker with --worker-path, "
+                             "gw-process with --gateway-process)\n", name.c_str());
+        for (pid_t pid : {nginx, nginx_b, gw_process}) {
+          if (pid != 0) kill(pid, SIGTERM);
+        }
+        for (pid_t pid : {nginx, nginx_b, gw_process}) {
+          if (pid != 0) waitpid(pid, nullptr, 0);
+        }
+        for (const std::string& d : {nginx_dir, nginx_b_dir, gw_process_dir}) {
+          if (!d.empty()) std::filesystem::remove_all(d);
+        }
+        return 2;
+      }
+    }
     if (keep.contains("nginx")) keep.insert("nginx-b");  // the control goes with nginx
     std::erase_if(targets, [&](const Target& t) { return !keep.contains(t.name); });
   }
@@ -839,7 +864,6 @@ int Main(int argc, char** argv) {
     t.all.late += x.late;
   };
   auto tids_of = [](const Target& t) { return t.threads.empty() ? ThreadsOf(t.pid) : t.threads; };
-  KernelThreads kernel;
   for (int r = 0; r < f.rounds; ++r) {
     if (f.slice_ms > 0 && targets.size() > 1) {
       std::vector<uint16_t> ports;
@@ -851,7 +875,7 @@ int Main(int argc, char** argv) {
         requests.push_back(request(t.port));
         cpu0.push_back(CpuNs(t.pid, tids_of(t)));
       }
-      std::vector<Result> xs = Run(ports, requests, f.rate, f.seconds, f.warmup, f.connections, f.slice_ms / 1e3, kernel);
+      std::vector<Result> xs = Run(ports, requests, f.rate, f.seconds, f.warmup, f.connections, f.slice_ms / 1e3);
       for (size_t k = 0; k < targets.size(); ++k) {
         Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
         record(r, t, xs[k], CpuNs(t.pid, tids_of(t)) - cpu0[k]);
@@ -862,7 +886,7 @@ int Main(int argc, char** argv) {
       Target& t = targets[(k + static_cast<size_t>(r)) % targets.size()];
       const std::vector<std::string> tids = tids_of(t);
       const int64_t cpu0 = CpuNs(t.pid, tids);
-      std::vector<Result> x = Run({t.port}, {request(t.port)}, f.rate, f.seconds, f.warmup, f.connections, 0, kernel);
+      std::vector<Result> x = Run({t.port}, {request(t.port)}, f.rate, f.seconds, f.warmup, f.connections, 0);
       record(r, t, x[0], CpuNs(t.pid, tids) - cpu0);
     }
   }
