@@ -23,9 +23,9 @@ constexpr const char* kKind = "GatewayBudget";
 constexpr int64_t kLeaseMarginS = 2;
 constexpr int64_t kMaxAmount = int64_t{1} << 60;  // stored amounts are clamped to this (no overflow)
 constexpr int kSyncAttempts = 16;
-// Writes in doubt remembered per scope (a store failing every second for a minute); the oldest
-// goes first, and if it was the one that landed its spending is counted twice (too much, never
-// too little).
+// Writes in doubt remembered per scope. Each read drops those that can no longer land, so this
+// is reached only by a store that keeps failing writes without moving; the oldest goes first,
+// and if it was the one that landed its spending is counted twice (too much, never too little).
 constexpr size_t kMaxDoubts = 64;
 // How long a ledger's last write number stays in status.settled without its ledger writing
 // again: the longest a gateway can be cut off from the store and still settle a write in doubt
@@ -386,25 +386,31 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     int64_t unflushed_tokens, reserved_tokens, grant_tokens, old_grant_tokens;
     double unflushed_cost, grant_cost, old_grant_cost, reserved_cost_now;
     uint64_t reserves, seq;
+    uint64_t landed_seq = 0;  // the write in doubt the object shows landed (0: none)
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto found = entries_.find(name);
       if (found == entries_.end()) return OkStatus();  // pruned meanwhile: nothing to sync
       Entry& e = found->second;
-      if (e.period_start != period_start) continue;  // rolled meanwhile: look again
+      if (e.period_start != period_start || e.period_s != period_s) continue;  // rolled meanwhile: look again
       seq = ++write_seq_;
       unflushed_tokens = e.unflushed_tokens;
       unflushed_cost = e.unflushed_cost;
       // Of what is unflushed, the part a write in doubt that landed carried is in spent already.
+      // Writes in doubt whose base the object has moved past (or, absent, an update's) can no
+      // longer land: forgotten, except the one that did.
       int64_t landed_tokens = 0;
       double landed_cost = 0;
       for (const Entry::Doubt& d : e.doubts) {
         if (!stored_seq.empty() && stored_seq == std::to_string(d.seq)) {
           landed_tokens = d.tokens;
           landed_cost = d.cost;
+          landed_seq = d.seq;
           break;
         }
       }
+      const int64_t base = cur.ok() ? store::ResourceVersionOf(*cur) : -1;
+      std::erase_if(e.doubts, [&](const Entry::Doubt& d) { return d.seq != landed_seq && d.base != base; });
       reserved_tokens = e.reserved_tokens;
       const double reserved_cost = e.reserved_cost;
       reserved_cost_now = reserved_cost;
@@ -427,8 +433,12 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
       const double want_cost = reserved_cost + extra_cost + (wants_room ? room_cost : 0);
       grant_tokens = e.budget_tokens > 0 ? std::max(reserved_tokens, std::min(want_tokens, std::max<int64_t>(left_tokens, 0))) : 0;
       grant_cost = e.budget_cost > 0 ? std::max(reserved_cost, std::min(want_cost, std::max(left_cost, 0.0))) : 0;
-      e.sync_limit_tokens = grant_tokens + unflushed_tokens;
-      e.sync_limit_cost = grant_cost + unflushed_cost;
+      // Within every grant that may be in the store: the one written now, and those of writes
+      // that failed since the last success (kept lowered until a write succeeds).
+      const int64_t limit_tokens = grant_tokens + unflushed_tokens;
+      const double limit_cost = grant_cost + unflushed_cost;
+      e.sync_limit_tokens = e.sync_limit_tokens >= 0 ? std::min(e.sync_limit_tokens, limit_tokens) : limit_tokens;
+      e.sync_limit_cost = e.sync_limit_cost >= 0 ? std::min(e.sync_limit_cost, limit_cost) : limit_cost;
     }
     const int64_t expires = now + options_.lease_s;
     if (grant_tokens > 0 || grant_cost > 0) {
@@ -458,22 +468,25 @@ Status BudgetLedger::Sync(const std::string& name, int64_t extra_tokens, double 
     if (!written.ok()) {
       // Whatever the answer, the write may have landed (a refusal can answer a resent copy of a
       // request whose first copy landed): a later sync tells from its number.
-      if (changes && (unflushed_tokens != 0 || unflushed_cost != 0) && e.period_start == period_start) {
-        if (e.doubts.size() >= kMaxDoubts) e.doubts.erase(e.doubts.begin());
-        e.doubts.push_back({seq, unflushed_tokens, unflushed_cost});
+      if (changes && (unflushed_tokens != 0 || unflushed_cost != 0) && e.period_start == period_start &&
+          e.period_s == period_s) {
+        if (e.doubts.size() >= kMaxDoubts) {  // the oldest goes, unless it is the one that landed
+          auto victim = e.doubts.begin();
+          if (victim->seq == landed_seq) ++victim;
+          e.doubts.erase(victim);
+        }
+        e.doubts.push_back({seq, unflushed_tokens, unflushed_cost, cur.ok() ? store::ResourceVersionOf(*cur) : -1});
       }
       const StatusCode c = written.code();
       if (c == StatusCode::kAborted || c == StatusCode::kAlreadyExists || c == StatusCode::kNotFound) {
-        e.sync_limit_tokens = -1;  // refused: the store still holds the old grant
-        e.sync_limit_cost = -1;
-        continue;
+        continue;  // refused (most likely: another gateway wrote first): look again
       }
       // Unknown outcome: keep admitting within both grants until a sync succeeds.
       return written;
     }
     e.sync_limit_tokens = -1;  // the store holds the new grant
     e.sync_limit_cost = -1;
-    if (e.period_start != period_start) return OkStatus();  // the period rolled meanwhile
+    if (e.period_start != period_start || e.period_s != period_s) return OkStatus();  // the period rolled meanwhile
     e.spent_tokens = spent_tokens;
     e.spent_cost = spent_cost;
     e.unflushed_tokens -= unflushed_tokens;  // settlements during the round trip stay

@@ -144,7 +144,9 @@ class BudgetLedger {
     int64_t in_flight = 0;      // reservations of this period not yet settled
     int64_t grant_expires = 0;  // wall seconds; the grant is void from then on
     // While a sync's write is in flight: admit only within this too (in today's accounting, so
-    // what is admitted meanwhile fits both the stored grant and the one being written). -1 = none.
+    // what is admitted meanwhile fits both the stored grant and the one being written). Kept, and
+    // only lowered, after a write that failed (it may land, even when refused: a refusal can
+    // answer a resent copy), until a write succeeds. -1 = none.
     int64_t sync_limit_tokens = -1;
     double sync_limit_cost = -1;
     // Writes since the last one known to have landed that did not succeed: timed out, or refused
@@ -154,10 +156,13 @@ class BudgetLedger {
     // number of the ledger's last write that landed from status.settled; a match tells how much
     // of what is unflushed here the total holds already. Cleared when a write succeeds: it was a
     // compare-and-swap on a version none of them had reached, so none of them can land after it.
+    // `base`: the object version the write was a compare-and-swap on (-1: a create), so a doubt
+    // that can no longer land (the object moved past its base) is dropped at the next read.
     struct Doubt {
       uint64_t seq;
       int64_t tokens;
       double cost;
+      int64_t base;
     };
     std::vector<Doubt> doubts;
     uint64_t reserves = 0;      // Reserve calls so far (to tell whether one came during a sync)

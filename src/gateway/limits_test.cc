@@ -509,6 +509,40 @@ TEST(BudgetLedger, SpendingWhoseWriteFailedIsCountedOnce) {
   }
 }
 
+// A write that timed out but landed stays known as landed through many refused writes while
+// another gateway keeps writing the object: refused writes that can no longer land are dropped
+// at the next read, so they do not push it out of the ledger's memory.
+TEST(BudgetLedger, ALandedWriteStaysKnownThroughRefusalsWhileOthersWrite) {
+  store::MemoryStore mem;
+  HookStore hs(&mem);
+  auto wall = [] { return int64_t{1'000}; };
+  Limits l{.budget_tokens = 100'000};
+  std::vector<BudgetScope> s = {{"tenant t", "t", &l}};
+  BudgetLedger a(&hs, wall, {.id = "a"}), b(&mem, wall, {.id = "b"});
+  StatusOr<BudgetReservation> r = a.Reserve(s, 500, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  a.Settle(*r, 300, 0);
+  hs.fail_writes = 1;
+  hs.fate = HookStore::Fate::kLands;
+  hs.fail_with = StatusCode::kDeadlineExceeded;
+  EXPECT_FALSE(a.Flush().ok());  // landed, reported as a timeout
+  hs.fate = HookStore::Fate::kLost;
+  hs.fail_with = StatusCode::kAborted;
+  for (int i = 0; i < 6; ++i) {  // 6 x 16 refused attempts: more than the doubts the ledger keeps
+    StatusOr<BudgetReservation> rb = b.Reserve(s, 10, 0);
+    ASSERT_TRUE(rb.ok()) << rb.status();
+    b.Settle(*rb, 10, 0);
+    ASSERT_TRUE(b.Flush().ok());  // moves the object on, carrying a's write number
+    hs.fail_writes = 16;
+    EXPECT_FALSE(a.Flush().ok());
+  }
+  hs.fail_writes = 0;
+  ASSERT_TRUE(a.Flush().ok());
+  BudgetLedger reader(&mem, wall, {.id = "reader"});
+  ASSERT_TRUE(reader.Load().ok());
+  EXPECT_EQ(reader.Usage("tenant t").spent_tokens, 300 + 6 * 10);
+}
+
 // A GatewayBudget edited by hand or by a foreign tool must not crash or wedge the gateway:
 // wrong types count as nothing, bogus grants are ignored, huge values are clamped.
 TEST(BudgetLedger, MalformedStoredObjectsAreReadSafely) {
