@@ -245,6 +245,10 @@ int64_t Gateway::WallSeconds() const {
   return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(wall.time_since_epoch()).count());
 }
 
+namespace {
+constexpr int kStopFlushAttempts = 3;
+}  // namespace
+
 void Gateway::Stop() {
   if (stopped_.exchange(true)) return;
   {
@@ -255,8 +259,17 @@ void Gateway::Stop() {
   }
   if (background_.joinable()) background_.join();
   if (syncer_.joinable()) syncer_.join();
-  if (Status s = ledger_.Flush(/*release=*/true); !s.ok()) {
-    std::fprintf(stderr, "gateway: budget flush failed: %s\n", s.message().c_str());
+  // The last settlements and the grants' release: tried again a little later (past a remote
+  // store's fail-fast second) before they are given up, since they die with the process.
+  for (int attempt = 1;; ++attempt) {
+    Status s = ledger_.Flush(/*release=*/true);
+    if (s.ok()) break;
+    if (attempt == kStopFlushAttempts) {
+      std::fprintf(stderr, "gateway: budget flush failed %d times, the last settlements are lost: %s\n", attempt,
+                   s.message().c_str());
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   }
   if (rates_ != nullptr) {
     if (Status s = rates_->Release(); !s.ok()) std::fprintf(stderr, "gateway: rate share release failed: %s\n", s.message().c_str());

@@ -17,6 +17,7 @@
 #include "http/sse.h"
 #include "http/test_socket.h"
 #include "store/memory_store.h"
+#include "store/store_test_util.h"
 
 namespace aicloud::gateway {
 namespace {
@@ -691,6 +692,43 @@ TEST(Gateway, TwoGatewaysShareOneBudgetThroughTheStore) {
   ASSERT_TRUE(reader.Load().ok());
   EXPECT_EQ(reader.Usage("tenant t").spent_tokens, 55 * ok.load()) << "spending of one gateway was lost";
   EXPECT_GT(55 * ok.load(), kBudget - 2 * 83 - kBudget / 8);  // little of the budget left unused
+}
+
+// A store that refuses every write until a given time (a store that is briefly away).
+class StoreAwayUntil : public store::testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  void AwayFor(std::chrono::milliseconds d) { until_.store(std::chrono::steady_clock::now() + d); }
+  StatusOr<std::vector<store::json>> Commit(std::vector<store::WriteOp> ops) override {
+    if (std::chrono::steady_clock::now() < until_.load()) return UnavailableError("store away");
+    return inner()->Commit(std::move(ops));
+  }
+
+ private:
+  std::atomic<std::chrono::steady_clock::time_point> until_{};
+};
+
+// A gateway that stops while the store is briefly away still settles its last spending: the
+// final flush is tried again a little later (it was tried once, and the spending died with it).
+TEST(Gateway, StopSettlesTheLastSpendingWhenTheStoreIsBrieflyAway) {
+  FakeEngine e({.prompt_tokens = 5, .completion_tokens = 50});
+  store::MemoryStore mem;
+  StoreAwayUntil away(&mem);
+  {
+    GatewayOptions o;
+    o.scrape_period = milliseconds(0);
+    Harness h(o, &away);
+    ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"r", e.url(), true}})).ok());
+    h.AddKey("k", {.key_id = "k", .tenant = "t", .tenant_limits = {.budget_tokens = 20'000}});
+    for (int i = 0; i < 3; ++i) {
+      auto r = h.Post("k", Harness::Chat("m", "hi", 50));
+      ASSERT_TRUE(r.ok() && r->status == 200) << (r.ok() ? r->body : r.status().ToString());
+    }
+    away.AwayFor(milliseconds(600));  // the periodic flushes and the stop's first one fail
+  }
+  BudgetLedger reader(&mem, [] { return int64_t{0}; });
+  ASSERT_TRUE(reader.Load().ok());
+  EXPECT_EQ(reader.Usage("tenant t").spent_tokens, 3 * 55) << "the last settlements were lost at stop";
 }
 
 // A key's rpm holds across gateways: what one gateway admitted counts on the other once they have
