@@ -241,7 +241,6 @@ class KernelThreads {
       if (after[i] > before[i]) (*out)[threads_[i].name] += after[i] - before[i];
     }
   }
-  bool empty() const { return threads_.empty(); }
 
  private:
   struct Thread {

@@ -55,6 +55,32 @@ TEST(RateLimiter, AllOrNothingAcrossScopesAndTpmAdjust) {
   EXPECT_NE(big.message.find("more than key k1 allows per minute"), std::string::npos) << big.message;
 }
 
+// More scopes than the limiter keeps at hand between its check and its take (four): still all or
+// nothing, and each scope's bucket is taken from once. Scopes without limits get no buckets, and
+// neither does another gateway's debit of a scope that has no limit anywhere.
+TEST(RateLimiter, ManyScopesAndScopesWithoutLimits) {
+  FakeClock clock;
+  RateLimiter rl(&clock);
+  Limits two{.rpm = 2}, none{};
+  const std::vector<std::string> names = {"key a", "key b", "key c", "key d", "key e", "tenant t"};
+  std::vector<LimitScope> s;
+  for (const std::string& n : names) s.push_back({n, &two});
+  s.push_back({"key unlimited", &none});
+  EXPECT_TRUE(rl.Admit(s, 0).ok);
+  EXPECT_TRUE(rl.Admit(s, 0).ok);
+  EXPECT_FALSE(rl.Admit(s, 0).ok);  // every bucket is empty now, the sixth's too
+  EXPECT_EQ(rl.Scopes(), names.size());  // "key unlimited" has none
+  std::vector<LimitScope> sixth = {{"tenant t", &two}};  // beyond the four kept: taken from too
+  EXPECT_FALSE(rl.Admit(sixth, 0).ok);
+  clock.Advance(30 * kMicrosPerSecond);  // one request back in every bucket
+  EXPECT_TRUE(rl.Admit(s, 0).ok);
+  EXPECT_FALSE(rl.Admit(sixth, 0).ok);
+  rl.Debit("key elsewhere", {.requests = 5, .tokens = 100});  // no rpm or tpm known for it
+  EXPECT_EQ(rl.Scopes(), names.size());
+  rl.Debit("key elsewhere", {.requests = 5, .rpm = 60});
+  EXPECT_EQ(rl.Scopes(), names.size() + 1);
+}
+
 // Buckets of scopes nobody uses go once they are full again; those in use, or still below their
 // limit (own requests or another gateway's debit), stay, and a pruned scope comes back full.
 TEST(RateLimiter, PruneDropsIdleFullBucketsOnly) {
