@@ -119,6 +119,31 @@ c=bad-key-401
 code=$(chat "aic_000000000000_deadbeef" chat 4 | tail -1)
 [ "$code" = 401 ] && pass $c || fail $c "HTTP $code"
 
+# 2b. No way around the gateway: the replica's own port answers nothing without its secret
+# (/health and /metrics included; a tenant's API key is not it), the secret is in no Job the API
+# shows, and the engine listens on the node's address only.
+c=replica-demands-its-secret
+rep_url=$(dep_field chat acme '.status.endpoints[0].url')
+codes=""
+for p in /health /metrics /v1/models; do codes+="$(curl -sS -o /dev/null -w '%{http_code}' "$rep_url$p") "; done
+for auth in "X-None: 1" "Authorization: Bearer $acme"; do
+  codes+="$(curl -sS -o /dev/null -w '%{http_code}' "$rep_url/v1/chat/completions" -H "$auth" -H 'Content-Type: application/json' \
+    -d '{"model":"chat","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}') "
+done
+codes+="$(curl -sS -o /dev/null -w '%{http_code}' "$rep_url/v1/load_lora_adapter" -H 'Content-Type: application/json' \
+  -d '{"lora_name":"x","lora_path":"/etc"}')"
+[ "$codes" = "401 401 401 401 401 401" ] && pass "$c ($rep_url)" || fail $c "$rep_url answered: $codes"
+c=replica-secret-not-shown
+if "$bin" get jobs -t acme -o json >"$tmp/jobs.json" 2>&1 && ! grep -q AICLOUD_REPLICA_SECRET "$tmp/jobs.json"; then
+  pass $c
+else
+  fail $c "$(grep -o '.\{40\}AICLOUD_REPLICA_SECRET.\{20\}' "$tmp/jobs.json" | head -1)"
+fi
+c=replica-binds-node-address
+port_hex=$(printf '%04X' "${rep_url##*:}")
+listen=$(awk -v p=":$port_hex" '$4 == "0A" && substr($2, length($2) - 4) == p {print $2}' /proc/net/tcp | head -1)
+[ "$listen" = "0100007F:$port_hex" ] && pass "$c (127.0.0.1)" || fail $c "listening as '$listen' (want 0100007F:$port_hex)"
+
 # 3. Canary: a new revision of chat at weight 50 runs beside the stable one and gets every
 # second request; `aicloud rollout undo` retires it. Requests keep chat from idling meanwhile.
 c=canary

@@ -486,6 +486,12 @@ void Agent::StartAttemptLocked(const json& a) {
   fs::create_directories(ckpt, ec);
   if (ec) spdlog::warn("agent: cannot create {}: {}", ckpt.string(), ec.message());
   spec.env["AICLOUD_CHECKPOINT_DIR"] = ckpt.string();
+  // Where the node's services are reached: a Deployment replica listens there, not on every
+  // interface of the node.
+  if (const json address = options_.node_spec.is_object() ? options_.node_spec.value("address", json()) : json();
+      address.is_string()) {
+    spec.env["AICLOUD_NODE_ADDRESS"] = address.get<std::string>();
+  }
 
   std::string devices, millis, mems;
   bool fractional = false, mem_capped = false;

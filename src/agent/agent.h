@@ -35,6 +35,8 @@
 //
 // Environment given to each attempt, on top of the assignment's env:
 //   AICLOUD_CHECKPOINT_DIR  <work_dir>/checkpoints/<tenant>/<job> (created)
+//   AICLOUD_NODE_ADDRESS    the node's address as registered (node_spec.address): where its
+//                           services listen (a replica's engine binds there)
 //   CUDA_VISIBLE_DEVICES    "0,3" (the assigned GPU indices; "" with none)
 //   AICLOUD_GPU_MILLI       "500,500" per GPU, only when a share is fractional (< 1000 milli)
 //   AICLOUD_GPU_MEMORY_MIB  "20480" per GPU, only when the assignment caps GPU memory

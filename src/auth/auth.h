@@ -94,6 +94,8 @@ std::string Sha256Hex(std::string_view data);
 // Equality of two secrets in time that depends only on their lengths (CRYPTO_memcmp); different
 // lengths compare unequal.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
+// HMAC-SHA256 of `data` under `key`, as 64 lowercase hex chars ("" if OpenSSL fails).
+std::string HmacSha256Hex(std::string_view key, std::string_view data);
 // 2*bytes lowercase hex chars from OpenSSL RAND_bytes; "" if the CSPRNG fails.
 std::string RandomHex(size_t bytes);
 

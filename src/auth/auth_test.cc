@@ -84,6 +84,15 @@ TEST(CryptoTest, Sha256AndRandom) {
   EXPECT_EQ(RandomHex(0), "");
 }
 
+TEST(CryptoTest, HmacSha256) {
+  // RFC 4231, test cases 1 and 2.
+  EXPECT_EQ(HmacSha256Hex(std::string(20, '\x0b'), "Hi There"),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(HmacSha256Hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_NE(HmacSha256Hex("Jefe", "what do ya want for nothing!"), HmacSha256Hex("Jefe", "what do ya want for nothing?"));
+}
+
 TEST(TimeTest, Rfc3339RoundTrip) {
   using namespace std::chrono;
   auto t = internal::ParseRfc3339("2024-05-01T12:34:56Z");

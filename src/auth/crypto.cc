@@ -1,6 +1,7 @@
-// Sha256Hex, RandomHex and the internal helpers of util.h.
+// Sha256Hex, HmacSha256Hex, RandomHex and the internal helpers of util.h.
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include <cstdio>
@@ -50,6 +51,16 @@ std::string Sha256Hex(std::string_view data) {
   std::optional<Sha256Digest> d = Sha256(data);
   if (!d) return "";  // "" never matches a stored hash
   return ToHex(d->data(), d->size());
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+           data.size(), mac, &len) == nullptr) {
+    return "";
+  }
+  return ToHex(mac, len);
 }
 
 std::string RandomHex(size_t bytes) {

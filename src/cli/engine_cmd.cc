@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -39,6 +40,7 @@ struct EngineFlags {
   std::string kv_dtype = "f16";
   std::vector<std::string> loras;
   bool no_prefix_caching = false;
+  bool allow_runtime_lora_paths = false;
   int max_loras = 4;
   int64_t max_lora_rank = 64;
 };
@@ -88,6 +90,7 @@ Status ToOptions(const EngineFlags& f, engine::EngineOptions* o) {
     }
     o->loras.emplace_back(l.substr(0, eq), l.substr(eq + 1));
   }
+  o->allow_runtime_lora_paths = f.allow_runtime_lora_paths;
   o->max_loras = f.max_loras;
   o->max_lora_rank = f.max_lora_rank;
   return OkStatus();
@@ -135,7 +138,9 @@ void AddEngine(CLI::App& app, int* exit_code) {
   auto* f = new EngineFlags();
   CLI::App* cmd = app.add_subcommand("engine", "Serve a model over the OpenAI API (or: engine generate)");
   AddCommon(cmd, f);
-  cmd->add_option("--host", f->host, "listen address")->capture_default_str();
+  CLI::Option* host = cmd->add_option("--host", f->host,
+                                      "listen address (default: $AICLOUD_NODE_ADDRESS, the address a node agent "
+                                      "gives its replicas, else 127.0.0.1)");
   cmd->add_option("--port", f->port, "listen port (0: any free port)")->capture_default_str();
   cmd->add_option("--served-model-name", f->served_name, "model name clients use (default: the directory's name)");
   cmd->add_option("--instance", f->instance, "a name answered in /health as {\"instance\": NAME} (set by Deployments)");
@@ -152,6 +157,9 @@ void AddEngine(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--lora", f->loras, "NAME=DIR of a PEFT adapter (repeatable)");
   cmd->add_flag("--no-prefix-caching", f->no_prefix_caching, "disable automatic prefix caching");
+  cmd->add_flag("--allow-runtime-lora-paths", f->allow_runtime_lora_paths,
+                "let POST /v1/load_lora_adapter load a directory the caller names (off: only the --lora adapters, "
+                "by name)");
   cmd->add_option("--max-loras", f->max_loras, "adapters resident (and mixed in one step) at most")->capture_default_str();
   cmd->add_option("--max-lora-rank", f->max_lora_rank, "larger adapters are refused")->capture_default_str();
 
@@ -233,6 +241,15 @@ void AddEngine(CLI::App& app, int* exit_code) {
       *exit_code = Fail(st);
       return;
     }
+    if (host->count() == 0) {
+      const char* node_address = std::getenv("AICLOUD_NODE_ADDRESS");
+      if (node_address != nullptr && *node_address != '\0') f->host = node_address;
+    }
+    // A replica's secret (set by the platform for Deployments; an operator may set it for a
+    // standalone engine): demanded of every request. Read from the environment, never argv, which
+    // every user of the host can list.
+    const char* key = std::getenv("AICLOUD_REPLICA_SECRET");
+    const std::string api_key = key != nullptr ? key : "";
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
@@ -250,7 +267,8 @@ void AddEngine(CLI::App& app, int* exit_code) {
     const int workers = f->max_num_seqs + f->max_waiting + 8;
     StatusOr<std::unique_ptr<engine::EngineServer>> server =
         engine::EngineServer::Start(e->get(), {.host = f->host, .port = static_cast<uint16_t>(f->port),
-                                               .worker_threads = workers});
+                                               .worker_threads = workers},
+                                    api_key);
     if (!server.ok()) {
       *exit_code = Fail(server.status());
       return;

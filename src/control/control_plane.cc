@@ -8,7 +8,9 @@
 
 #include "core/thread_name.h"
 #include "cluster/catalog.h"
+#include "control/deployment.h"
 #include "control/node_autoscaler.h"
+#include "control/replica_secret.h"
 #include "sched/profile.h"
 #include "sched/registry.h"
 
@@ -959,6 +961,13 @@ json ControlPlane::AttemptJson(const Job& job, const Worker& w) const {
   env["AICLOUD_WORKER"] = std::to_string(index);
   env["AICLOUD_WORKERS"] = std::to_string(job.workers.size());
   env["AICLOUD_ATTEMPT"] = w.attempt;
+  if (options_.replica_secrets != nullptr) {
+    // Only in the assignment: the stored Job (what the API shows) never holds the secret.
+    const json labels = job.object.value("metadata", json::object()).value("labels", json::object());
+    if (labels.is_object() && labels.contains(kDeploymentLabel)) {
+      env[kReplicaSecretEnv] = options_.replica_secrets->For(job.tenant, job.name, job.uid);
+    }
+  }
   json gpus = json::array();
   for (const cluster::GpuShare& g : w.alloc.gpus) {
     json gj = {{"index", g.gpu}, {"milli", g.milli}};

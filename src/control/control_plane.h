@@ -50,8 +50,13 @@ namespace aicloud::control {
 
 using nlohmann::json;
 
+class ReplicaSecrets;
+
 struct ControlOptions {
   std::string data_dir;  // job logs go to data_dir/logs/<attempt>.log
+  // Attempts of Deployment replica Jobs (label aicloud/deployment) get their replica secret in
+  // AICLOUD_REPLICA_SECRET (replica_secret.h). nullptr: none (replicas then answer anyone).
+  const ReplicaSecrets* replica_secrets = nullptr;
   std::chrono::milliseconds node_grace{40000};
   std::string policy = "bestfit";
   std::chrono::milliseconds tick{100};

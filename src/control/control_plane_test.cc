@@ -1,5 +1,7 @@
 #include "control/control_plane.h"
+#include "control/deployment.h"
 #include "control/node_autoscaler.h"
+#include "control/replica_secret.h"
 
 #include <gtest/gtest.h>
 
@@ -42,6 +44,7 @@ class ControlPlaneTest : public ::testing::Test {
     cp_.reset();
     cp_ = std::make_unique<ControlPlane>(&store_, &clock_, &metrics_,
                                          ControlOptions{.data_dir = dir_.string(),
+                                                        .replica_secrets = &secrets_,
                                                         .node_grace = std::chrono::seconds(40),
                                                         .policy = "bestfit",
                                                         .tick = milliseconds(10)});
@@ -78,6 +81,7 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  ReplicaSecrets secrets_{"a-cluster-key-for-tests-0123456789abcdef"};
   store::MemoryStore store_;
   FakeClock clock_{1'000'000};
   Metrics metrics_;
@@ -109,6 +113,30 @@ TEST_F(ControlPlaneTest, JobRunsToSuccessThroughAnAgent) {
   std::set<std::string> reasons;
   for (const json& o : ev->items) reasons.insert(o["spec"]["reason"]);
   EXPECT_TRUE(reasons.count("Scheduled") && reasons.count("Started") && reasons.count("Completed"));
+}
+
+// A Deployment replica's attempt carries its secret, any other job's does not (a job cannot set
+// AICLOUD_* variables itself: ParseJobSpec refuses them), and the Job object never holds it.
+TEST_F(ControlPlaneTest, OnlyReplicaAttemptsGetTheirSecret) {
+  std::string e = Register("gpu-1", 2);
+  const json small = {{"cpu", "100m"}, {"memory", "64Mi"}};
+  json replica = JobObject("chat-r1", {{"command", "sleep 60"}, {"resources", small}});
+  replica["metadata"]["labels"] = {{kDeploymentLabel, "chat"}};
+  ASSERT_TRUE(store_.Create(replica).ok());
+  Submit("plain", {{"command", "sleep 60"}, {"resources", small}});
+  json attempts = Assigned("gpu-1", e);
+  ASSERT_EQ(attempts.size(), 2u) << attempts.dump();
+  for (const json& a : attempts) {
+    const json stored = JobNow(a["job"].get<std::string>());
+    if (a["job"] == "chat-r1") {
+      const std::string want = secrets_.For("nlp", "chat-r1", stored["metadata"]["uid"].get<std::string>());
+      ASSERT_EQ(want.size(), 64u);
+      EXPECT_EQ(a["env"].value(kReplicaSecretEnv, ""), want);
+      EXPECT_EQ(stored.dump().find(want), std::string::npos);
+    } else {
+      EXPECT_FALSE(a["env"].contains(kReplicaSecretEnv)) << a["env"].dump();
+    }
+  }
 }
 
 TEST_F(ControlPlaneTest, NodeAddressFromTheAgentOrKeptFromTheOperator) {

@@ -239,7 +239,6 @@ json ReplicaJob(const DeploymentSpec& spec, const std::string& tenant, const std
   json argv = {engine_binary,
                "engine",
                "--model", spec.model,
-               "--host", "0.0.0.0",
                "--port", std::to_string(port),
                "--served-model-name", spec.served_model_name,
                "--instance", job_name,

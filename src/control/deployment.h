@@ -96,7 +96,9 @@ inline constexpr char kPortLabel[] = "aicloud/port";
 inline constexpr char kEvictLabel[] = "aicloud/evict";
 
 // The Job object of one replica: `engine_binary engine --model ... --port port` with the
-// deployment's resources, restart policy OnFailure, and the labels above.
+// deployment's resources, restart policy OnFailure, and the labels above. The engine listens on
+// the address its agent gives it (AICLOUD_NODE_ADDRESS) and demands the replica's secret, which
+// the control plane adds to the attempt's environment (replica_secret.h): neither is in the Job.
 nlohmann::json ReplicaJob(const DeploymentSpec& spec, const std::string& tenant,
                           const std::string& deployment, const std::string& job_name, int port,
                           const std::string& engine_binary);

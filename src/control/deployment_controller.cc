@@ -16,6 +16,7 @@
 
 #include "core/thread_name.h"
 #include "control/job.h"
+#include "control/replica_secret.h"
 #include "http/client.h"
 
 namespace aicloud::control {
@@ -410,12 +411,14 @@ ReplicaProbe ParseEngineMetrics(std::string_view text) {
 }
 
 Prober HttpProber(std::chrono::milliseconds timeout) {
-  return [timeout](const std::string& base_url) {
+  return [timeout](const std::string& base_url, const std::string& secret) {
     ReplicaProbe p;
     http::Client c(base_url, {.timeout = timeout});
-    StatusOr<http::ClientResponse> h = c.Send("GET", "/health");
+    http::Headers headers;
+    if (!secret.empty()) headers.emplace_back("Authorization", "Bearer " + secret);
+    StatusOr<http::ClientResponse> h = c.Send("GET", "/health", "", headers);
     if (!h.ok() || h->status != 200) return p;
-    StatusOr<http::ClientResponse> m = c.Send("GET", "/metrics");
+    StatusOr<http::ClientResponse> m = c.Send("GET", "/metrics", "", headers);
     if (m.ok() && m->status == 200) p = ParseEngineMetrics(m->body);
     p.healthy = true;
     json health = json::parse(h->body, nullptr, /*allow_exceptions=*/false);
@@ -426,17 +429,24 @@ Prober HttpProber(std::chrono::milliseconds timeout) {
   };
 }
 
-std::vector<ReplicaProbe> DeploymentController::ProbeAll(const std::vector<std::string>& urls) const {
-  std::vector<ReplicaProbe> out(urls.size());
-  for (size_t start = 0; start < urls.size(); start += kProbeParallelism) {
-    const size_t end = std::min(urls.size(), start + kProbeParallelism);
+std::string DeploymentController::SecretOf(const json& job) const {
+  if (options_.replica_secrets == nullptr) return "";
+  return options_.replica_secrets->For(TenantOf(job), NameOf(job), job["metadata"].value("uid", std::string()));
+}
+
+std::vector<ReplicaProbe> DeploymentController::ProbeAll(
+    const std::vector<std::pair<std::string, std::string>>& targets) const {
+  std::vector<ReplicaProbe> out(targets.size());
+  for (size_t start = 0; start < targets.size(); start += kProbeParallelism) {
+    const size_t end = std::min(targets.size(), start + kProbeParallelism);
     std::vector<std::future<ReplicaProbe>> wave;
     for (size_t i = start; i < end; ++i) {
+      const auto& [url, secret] = targets[i];
       try {
-        wave.push_back(std::async(std::launch::async, [this, &url = urls[i]] { return prober_(url); }));
+        wave.push_back(std::async(std::launch::async, [this, &url, &secret] { return prober_(url, secret); }));
       } catch (const std::system_error&) {  // no thread to be had: probe here
         std::promise<ReplicaProbe> inline_probe;
-        inline_probe.set_value(prober_(urls[i]));
+        inline_probe.set_value(prober_(url, secret));
         wave.push_back(inline_probe.get_future());
       }
     }
@@ -571,18 +581,18 @@ void DeploymentController::Turn() {
   // one probe timeout per turn, not one per deployment reconciled after it.
   std::map<std::string, ReplicaProbe> probed;
   {
-    std::vector<std::string> urls;
+    std::vector<std::pair<std::string, std::string>> targets;
     for (const json& d : deps->items) {
       for (const json& j : replicas[TenantOf(d) + "/" + NameOf(d)]) {
         if (Terminal(PhaseOf(j))) continue;
         if (std::string url = ReplicaUrl(j, &node_addresses); !url.empty() && !probed.count(url)) {
           probed[url] = {};
-          urls.push_back(url);
+          targets.emplace_back(url, SecretOf(j));
         }
       }
     }
-    std::vector<ReplicaProbe> probes = ProbeAll(urls);
-    for (size_t i = 0; i < urls.size(); ++i) probed[urls[i]] = std::move(probes[i]);
+    std::vector<ReplicaProbe> probes = ProbeAll(targets);
+    for (size_t i = 0; i < targets.size(); ++i) probed[targets[i].first] = std::move(probes[i]);
   }
   std::vector<ServingRoute> routes;
   bool jobs_changed = false;
@@ -668,11 +678,11 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
   // The turn probed the running replicas together (ProbeAll in Turn): a dead or slow one costs
   // one probe timeout per turn, not one per replica.
   {
-    std::vector<std::string> urls;
+    std::vector<std::pair<std::string, std::string>> targets;
     for (const Replica& r : current) {
-      if (!r.url.empty() && !probed.count(r.url)) urls.push_back(r.url);
+      if (!r.url.empty() && !probed.count(r.url)) targets.emplace_back(r.url, SecretOf(r.job));
     }
-    std::vector<ReplicaProbe> late = ProbeAll(urls);
+    std::vector<ReplicaProbe> late = ProbeAll(targets);
     size_t k = 0;
     for (Replica& r : current) {
       if (r.url.empty()) continue;
@@ -1016,7 +1026,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     ready_n += r.ready ? 1 : 0;
     if (r.revision == revision) canary_n += 1, canary_ready += r.ready ? 1 : 0;
     if (!r.url.empty()) {
-      route.endpoints.push_back({r.name, r.url, r.ready, r.revision});
+      route.endpoints.push_back({r.name, r.url, r.ready, r.revision, SecretOf(r.job)});
       endpoints.push_back({{"replica", r.name}, {"url", r.url}, {"ready", r.ready}, {"revision", r.revision}});
     }
   }

@@ -80,8 +80,9 @@ struct ReplicaProbe {
   LatencyHistogram itl;          // vllm:inter_token_latency_seconds (time per output token)
 };
 
-// base_url "http://127.0.0.1:21000" -> probe. The default uses http::Client with a short timeout.
-using Prober = std::function<ReplicaProbe(const std::string& base_url)>;
+// (base_url "http://127.0.0.1:21000", the replica's secret: "" for none) -> probe. The default
+// uses http::Client with a short timeout and presents the secret as "Authorization: Bearer".
+using Prober = std::function<ReplicaProbe(const std::string& base_url, const std::string& secret)>;
 Prober HttpProber(std::chrono::milliseconds timeout);
 
 // Gives a new autoscaler's forecaster the profile kept in a Deployment's status.forecast
@@ -124,6 +125,7 @@ struct ServingEndpoint {
   std::string url;      // http://host:port
   bool ready = false;
   std::string revision;
+  std::string secret;   // what the replica demands (replica_secret.h); never in status.endpoints
 };
 
 // One served model name and where it runs.
@@ -156,8 +158,13 @@ inline constexpr int64_t kForeignPortHoldUs = 600'000'000;
 // Revisions remembered in a Deployment's status.history.
 inline constexpr int kHistoryLimit = 10;
 
+class ReplicaSecrets;
+
 struct DeploymentControllerOptions {
   std::string engine_binary;  // the aicloud executable replicas run
+  // Each replica's secret, presented by the probes and published in Routes() for the gateways.
+  // nullptr: replicas have none.
+  const ReplicaSecrets* replica_secrets = nullptr;
   std::chrono::milliseconds tick{1000};
   int port_base = 21000;  // replica engines listen on ports from here
   int port_count = 4000;
@@ -247,8 +254,10 @@ class DeploymentController {
   // read once per turn into *node_addresses.
   std::string ReplicaUrl(const nlohmann::json& job, std::map<std::string, std::string>* node_addresses) const;
   int NextPort(std::vector<int>* used) const;
-  // prober_(url) for each url, kProbeParallelism at a time on threads of their own.
-  std::vector<ReplicaProbe> ProbeAll(const std::vector<std::string>& urls) const;
+  // prober_(url, secret) for each (url, secret), kProbeParallelism at a time on threads of their own.
+  std::vector<ReplicaProbe> ProbeAll(const std::vector<std::pair<std::string, std::string>>& targets) const;
+  // The secret of replica job `job` ("" without replica_secrets).
+  std::string SecretOf(const nlohmann::json& job) const;
 
   store::Store* store_;
   Clock* clock_;

@@ -2,6 +2,7 @@
 #include "control/deployment_controller.h"
 #include "control/job.h"
 #include "control/manifest.h"
+#include "control/replica_secret.h"
 
 #include <gtest/gtest.h>
 
@@ -238,14 +239,16 @@ class DeploymentControllerTest : public ::testing::Test {
     dc_ = std::make_unique<DeploymentController>(
         &store_, &clock_, &metrics_,
         DeploymentControllerOptions{.engine_binary = "/bin/aicloud",
+                                    .replica_secrets = &secrets_,
                                     .node_metrics = [this](const std::string& node) { return node_metrics_.value(node, json()); },
                                     .autoscaler_clock_offset_s = autoscaler_clock_offset_s},
-        [this](const std::string& url) {
+        [this](const std::string& url, const std::string& secret) {
           if (probe_hook_) return OwnEngine(url, probe_hook_(url));
           ReplicaProbe p;
           {
             std::lock_guard<std::mutex> l(fake_mu_);  // replicas are probed on several threads at once
             ++probes_[url];
+            probe_secrets_[url] = secret;
             auto it = fake_.find(url);
             if (it != fake_.end()) p = it->second;
           }
@@ -325,6 +328,8 @@ class DeploymentControllerTest : public ::testing::Test {
   std::function<ReplicaProbe(const std::string&)> probe_hook_;  // set: answers instead of fake_
   json node_metrics_ = json::object();  // node -> its agent's last report metrics
   std::map<std::string, int> probes_;
+  std::map<std::string, std::string> probe_secrets_;  // url -> the secret its last probe presented
+  ReplicaSecrets secrets_{"0123456789abcdef0123456789abcdef-test-key"};
   std::unique_ptr<DeploymentController> dc_;
 };
 
@@ -347,6 +352,73 @@ TEST_F(DeploymentControllerTest, TheDefaultAutoscalerLeavesAnUnusedDeploymentAtZ
   dc_->Turn();
   EXPECT_EQ(Replicas().size(), 1u);
   EXPECT_EQ(Status()["lastScale"]["reason"], "2 request(s) held at the gateway with no ready replica") << Status().dump();
+}
+
+// Each replica's secret is derived from its Job's identity: the probes present it, the routes the
+// gateways read carry it, and neither the Job nor the Deployment's status shows it. A replaced
+// replica (a new Job) gets another one.
+TEST_F(DeploymentControllerTest, ReplicaSecretsReachProbesAndRoutesButNotTheStatus) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 2}, {"max", 2}}}});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 2u);
+  RunAll();
+  dc_->Turn();
+  std::set<std::string> seen;
+  for (const json& j : Replicas()) {
+    const std::string url = "http://127.0.0.1:" + j["metadata"]["labels"][kPortLabel].get<std::string>();
+    const std::string want = secrets_.For("acme", j["metadata"]["name"].get<std::string>(),
+                                          j["metadata"]["uid"].get<std::string>());
+    ASSERT_EQ(want.size(), 64u);
+    EXPECT_EQ(probe_secrets_[url], want) << url;
+    seen.insert(want);
+    EXPECT_EQ(j.dump().find(want), std::string::npos) << "the Job object shows its secret";
+  }
+  EXPECT_EQ(seen.size(), 2u) << "two replicas share a secret";
+  std::vector<ServingRoute> routes = dc_->Routes();
+  ASSERT_EQ(routes.size(), 1u);
+  for (const ServingEndpoint& e : routes[0].endpoints) EXPECT_EQ(seen.count(e.secret), 1u) << e.replica;
+  const std::string status = Status().dump();
+  for (const std::string& secret : seen) EXPECT_EQ(status.find(secret), std::string::npos) << status;
+
+  // Deleting a replica's Job replaces it: the new Job's secret is new.
+  const json gone = Replicas()[0];
+  ASSERT_TRUE(store_.Delete({"Job", "acme", gone["metadata"]["name"].get<std::string>()}, 0).ok());
+  dc_->Turn();
+  RunAll();
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 2u);
+  std::set<std::string> now;
+  routes = dc_->Routes();
+  ASSERT_EQ(routes.size(), 1u);
+  for (const ServingEndpoint& e : routes[0].endpoints) now.insert(e.secret);
+  EXPECT_EQ(now.size(), 2u);
+  size_t kept = 0;
+  for (const std::string& s : now) kept += seen.count(s);
+  EXPECT_EQ(kept, 1u) << "the replacement reused an old secret";
+}
+
+TEST(ReplicaSecretsTest, TheClusterKeyIsMadeOnceAndSharedByEveryServer) {
+  store::MemoryStore store;
+  StatusOr<ReplicaSecrets> first = ReplicaSecrets::Load(&store);
+  ASSERT_TRUE(first.ok()) << first.status();
+  StatusOr<ReplicaSecrets> second = ReplicaSecrets::Load(&store);  // another server, or a restart
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string a = first->For("acme", "chat-1", "uid-1");
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_EQ(second->For("acme", "chat-1", "uid-1"), a);
+  EXPECT_NE(first->For("acme", "chat-1", "uid-2"), a);
+  EXPECT_NE(first->For("other", "chat-1", "uid-1"), a);
+  EXPECT_NE(ReplicaSecrets("a-different-key-of-some-length-0123456789").For("acme", "chat-1", "uid-1"), a);
+  EXPECT_EQ(ReplicaSecrets("").For("acme", "chat-1", "uid-1"), "");
+
+  // A damaged key is an error, not a silent new key (that would lock every running replica out).
+  StatusOr<json> key = store.Get({"ClusterKey", "", "replica-secrets"});
+  ASSERT_TRUE(key.ok());
+  (*key)["spec"]["key"] = "short";
+  ASSERT_TRUE(store.Update(*key, 0).ok());
+  StatusOr<ReplicaSecrets> bad = ReplicaSecrets::Load(&store);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ClusterKey/replica-secrets: spec.key"), std::string::npos) << bad.status();
 }
 
 // One replica's engine serves 5,000 prompt and 100 generated tokens a second, 10 requests a
@@ -605,7 +677,7 @@ TEST_F(DeploymentControllerTest, ReplicasPassAdmissionAndARefusalIsShownAndRetri
                                                ? OkStatus()
                                                : PermissionDeniedError("admission rule hard-quota of tenant acme: full");
                                   }},
-      [this](const std::string& url) { return OwnEngine(url, fake_[url]); });
+      [this](const std::string& url, const std::string&) { return OwnEngine(url, fake_[url]); });
   Apply({{"model", "/m"}, {"replicas", {{"min", 3}, {"max", 3}}}, {"resources", {{"gpu", {{"count", 1}}}}}});
   dc_->Turn();
   EXPECT_EQ(Replicas().size(), 2u) << "the third would exceed the quota";

@@ -35,10 +35,12 @@ json ServingRouteJson(const ServingRoute& r) {
   for (const ServingEndpoint& e : r.endpoints) {
     std::string url = e.url;
     if (url.rfind("http://", 0) == 0) url = url.substr(7);
-    replicas.push_back({{"id", e.replica},
-                        {"url", url},
-                        {"ready", e.ready},
-                        {"canary", !r.canary_revision.empty() && e.revision == r.canary_revision}});
+    json replica = {{"id", e.replica},
+                    {"url", url},
+                    {"ready", e.ready},
+                    {"canary", !r.canary_revision.empty() && e.revision == r.canary_revision}};
+    if (!e.secret.empty()) replica["secret"] = e.secret;
+    replicas.push_back(std::move(replica));
   }
   return {{"deployment", r.tenant + "/" + r.deployment},
           {"tenant", r.tenant},

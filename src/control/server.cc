@@ -30,9 +30,15 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   }
   s->auth_->RefreshInBackground();  // key checks on the I/O thread never wait on the store
   s->audit_ = std::make_unique<auth::AuditLog>(s->store_.get(), &s->clock_);
+  StatusOr<ReplicaSecrets> secrets = ReplicaSecrets::Load(s->store_.get());
+  if (!secrets.ok()) return Status(secrets.status().code(), "replica secrets: " + std::string(secrets.status().message()));
+  s->replica_secrets_ = std::make_unique<ReplicaSecrets>(std::move(*secrets));
   s->control_ = std::make_unique<ControlPlane>(
       s->store_.get(), &s->clock_, &s->metrics_,
-      ControlOptions{.data_dir = config.data_dir, .node_grace = config.node_grace, .policy = config.policy});
+      ControlOptions{.data_dir = config.data_dir,
+                     .replica_secrets = s->replica_secrets_.get(),
+                     .node_grace = config.node_grace,
+                     .policy = config.policy});
   AICLOUD_RETURN_IF_ERROR(s->control_->Start());
   std::string engine = config.engine_binary;
   if (engine.empty()) {
@@ -44,6 +50,7 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   s->deployments_ = std::make_unique<DeploymentController>(
       s->store_.get(), &s->clock_, &s->metrics_,
       DeploymentControllerOptions{.engine_binary = engine,
+                                  .replica_secrets = s->replica_secrets_.get(),
                                   .tick = config.deployment_tick,
                                   .admit = [st = s->store_.get(), cp](const nlohmann::json& job, double unseen_gpus,
                                                                       std::string* warning) {

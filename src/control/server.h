@@ -20,6 +20,7 @@
 #include "control/api.h"
 #include "control/control_plane.h"
 #include "control/deployment_controller.h"
+#include "control/replica_secret.h"
 #include "core/clock.h"
 #include "core/metrics.h"
 #include "http/router.h"
@@ -81,6 +82,7 @@ class ApiServer {
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<auth::AuthService> auth_;
   std::unique_ptr<auth::AuditLog> audit_;
+  std::unique_ptr<ReplicaSecrets> replica_secrets_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<DeploymentController> deployments_;
   std::unique_ptr<GatewayFeed> gateway_feed_;

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -194,8 +195,17 @@ StatusOr<UpstreamsConfig> ParseUpstreams(std::string_view text, std::string_view
         if (reps[j].IsScalar()) {
           rep.url = reps[j].Scalar();
         } else {
-          AICLOUD_RETURN_IF_ERROR(rd.Known(reps[j], rp, {"url", "id", "ready", "canary"}));
+          AICLOUD_RETURN_IF_ERROR(rd.Known(reps[j], rp, {"url", "id", "ready", "canary", "secret_env"}));
           AICLOUD_RETURN_IF_ERROR(rd.String(reps[j], "url", rp, true, &rep.url));
+          std::string secret_env;
+          AICLOUD_RETURN_IF_ERROR(rd.String(reps[j], "secret_env", rp, false, &secret_env));
+          if (!secret_env.empty()) {
+            const char* secret = std::getenv(secret_env.c_str());
+            if (secret == nullptr || *secret == '\0') {
+              return rd.Error(reps[j]["secret_env"], rp + ".secret_env", "environment variable " + secret_env + " is not set");
+            }
+            rep.secret = secret;
+          }
           AICLOUD_RETURN_IF_ERROR(rd.String(reps[j], "id", rp, false, &rep.id));
           AICLOUD_RETURN_IF_ERROR(rd.Bool(reps[j], "ready", rp, &rep.ready));
           AICLOUD_RETURN_IF_ERROR(rd.Bool(reps[j], "canary", rp, &rep.canary));

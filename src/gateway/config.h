@@ -12,6 +12,8 @@
 //       replicas:
 //         - {url: 127.0.0.1:8001, id: r1, ready: true}   # id default url, ready default true
 //         - {url: 127.0.0.1:8002, canary: true}          # a new version beside the others
+//         - {url: 10.0.0.7:8003, secret_env: R3_KEY}     # presented as "Authorization: Bearer"
+//                                                        # (the value of $R3_KEY at load)
 //       canary_weight: 10            # percent of requests for canary replicas (default 0)
 //   tenants:
 //     nlp: {rpm: 6000, tpm: 2000000, budget: {tokens: 50000000, cost: 100, period: 30d}}

@@ -97,8 +97,9 @@ StatusOr<Route> RouteFromJson(const json& j) {
       for (const char* f : {"ready", "canary"}) {
         if (e.contains(f) && !e[f].is_boolean()) return InvalidArgumentError(at + "." + f + ": expected true or false");
       }
+      if (e.contains("secret") && !e["secret"].is_string()) return InvalidArgumentError(at + ".secret: expected a string");
       r.replicas.push_back({e["id"].get<std::string>(), e["url"].get<std::string>(), e.value("ready", false),
-                            e.value("canary", false)});
+                            e.value("canary", false), e.value("secret", std::string())});
     }
   }
   return r;

@@ -154,6 +154,22 @@ bool Eventually(const std::function<bool()>& f, std::chrono::milliseconds within
   return f();
 }
 
+// A replica's secret travels with its route; a secret that is not a string refuses the route.
+TEST(ControlLink, RoutesCarryEachReplicasSecret) {
+  json j = {{"deployment", "acme/chat"}, {"tenant", "acme"}, {"model", "chat"},
+            {"replicas", {{{"id", "r1"}, {"url", "10.0.0.1:21000"}, {"ready", true}, {"secret", "s1"}},
+                          {{"id", "r2"}, {"url", "10.0.0.2:21000"}, {"ready", true}}}}};
+  StatusOr<Route> r = RouteFromJson(j);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->replicas.size(), 2u);
+  EXPECT_EQ(r->replicas[0].secret, "s1");
+  EXPECT_EQ(r->replicas[1].secret, "");
+  j["replicas"][1]["secret"] = 7;
+  r = RouteFromJson(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "replicas[1].secret: expected a string");
+}
+
 TEST(ControlLink, ConnectNamesTheServerAndWhyItRefused) {
   FakeServer server;
   ControlLinkOptions o = Options(server);

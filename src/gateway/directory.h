@@ -33,6 +33,9 @@ struct ReplicaInfo {
   std::string url;     // "host:port" of an `aicloud engine` (or any OpenAI-compatible server)
   bool ready = false;  // the controller's readiness (weights loaded, /health answered)
   bool canary = false; // runs the canary revision (see Route::canary_weight)
+  // What the replica demands as "Authorization: Bearer <secret>" on every request (the platform's
+  // replica secret, control/replica_secret.h); "" for a replica that demands none.
+  std::string secret;
 };
 
 // One deployment as the gateway sees it.

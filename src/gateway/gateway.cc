@@ -24,6 +24,23 @@ std::vector<double> OverheadBuckets() {
 
 bool Is2xx(int status) { return status >= 200 && status < 300; }
 
+// A replica that answers 401 refused the gateway's own credentials (its secret changed, or the
+// route has none for it): the caller's key was never sent, so the caller must not see a 401.
+// Another replica is tried; when none answers, the caller gets a 502.
+Status RefusedCredentials(const std::string& replica_id) {
+  return UnavailableError("replica " + replica_id + " refused the gateway's credentials");
+}
+
+// What a forwarded request carries upstream: its id, and the replica's secret (the caller's own
+// Authorization never leaves the gateway).
+http::Headers UpstreamHeaders(const std::string& request_id, const std::string& secret) {
+  http::Headers h;
+  h.reserve(2);
+  h.emplace_back("x-request-id", request_id);
+  if (!secret.empty()) h.emplace_back("authorization", "Bearer " + secret);
+  return h;
+}
+
 // What a kept-alive connection's last Authorization header authenticated (Request::connection_memo).
 struct CallerMemo {
   const void* gateway = nullptr;  // whose authenticator: one server may carry two gateways
@@ -634,10 +651,11 @@ std::shared_ptr<const Route> Gateway::WaitForReplica(Call& call, std::shared_ptr
 }
 
 std::shared_ptr<ReplicaState> Gateway::PickReplica(Call& call, const Route& route, const std::vector<std::string>& tried,
-                                                   std::string* replica_id) {
+                                                   std::string* replica_id, const std::string** secret) {
   const int64_t now_us = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now().time_since_epoch()).count();
   std::vector<fleet::ReplicaView> views, ejected_views;
   std::vector<std::shared_ptr<ReplicaState>> states, ejected_states;
+  std::vector<const std::string*> secrets, ejected_secrets;
   // A canary: the first attempt goes to one side, request n to the canary when n * weight
   // mod 100 < weight (exactly `weight` of every 100 requests); a side with no ready replica
   // (or a retry) uses all.
@@ -667,10 +685,12 @@ std::shared_ptr<ReplicaState> Gateway::PickReplica(Call& call, const Route& rout
     const bool ejected = s->ejected_until_us.load(std::memory_order_relaxed) > now_us;
     (ejected ? ejected_views : views).push_back(std::move(v));
     (ejected ? ejected_states : states).push_back(std::move(s));
+    (ejected ? ejected_secrets : secrets).push_back(&r.secret);
   }
   if (views.empty()) {  // only recently failed replicas left: try them rather than nothing
     views = std::move(ejected_views);
     states = std::move(ejected_states);
+    secrets = std::move(ejected_secrets);
   }
   if (views.empty()) return nullptr;
   fleet::RouteRequest rr;
@@ -680,6 +700,7 @@ std::shared_ptr<ReplicaState> Gateway::PickReplica(Call& call, const Route& rout
   StatusOr<size_t> i = State(route.deployment).router.Pick(rr, views);
   if (!i.ok()) return nullptr;
   *replica_id = views[*i].id;
+  *secret = secrets[*i];
   return states[*i];
 }
 
@@ -692,10 +713,10 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
   Attempted a;
   std::vector<std::string> tried;
   const std::string target = std::string("/v1/") + EndpointName(call.endpoint);
-  const http::Headers headers = {{"x-request-id", call.rec.request_id}};
   for (int attempt = 0; attempt < options_.max_attempts; ++attempt) {
     std::string replica_id;
-    std::shared_ptr<ReplicaState> r = PickReplica(call, route, tried, &replica_id);
+    const std::string* secret = nullptr;
+    std::shared_ptr<ReplicaState> r = PickReplica(call, route, tried, &replica_id, &secret);
     if (!r) {
       if (a.status.ok()) a.status = UnavailableError("no ready replica of deployment " + route.deployment);
       break;
@@ -703,6 +724,7 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
     if (attempt > 0) retries_->Inc({route.deployment});
     call.rec.attempts = attempt + 1;
     tried.push_back(r->url());
+    const http::Headers headers = UpstreamHeaders(call.rec.request_id, *secret);
     std::unique_ptr<http::Client> client = r->Acquire();
     r->in_flight.fetch_add(1, std::memory_order_relaxed);
     http::ClientResponse head;
@@ -710,6 +732,7 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
     const auto t = SteadyClock::now();
     Status st = client->Stream("POST", target, call.body, headers,
                                [&](std::string_view bytes) {
+                                 if (head.status == 401) return false;  // see below: not passed on
                                  if (!head_seen) {
                                    head_seen = true;
                                    if (on_head) on_head(head, replica_id);
@@ -721,6 +744,11 @@ Gateway::Attempted Gateway::Forward(Call& call, const Route& route, const std::f
     r->in_flight.fetch_sub(1, std::memory_order_relaxed);
     a.replica_id = replica_id;
     a.replica = r;
+    if (head.status == 401) {  // the replica refused the gateway's credentials, not the caller's
+      a.status = RefusedCredentials(replica_id);
+      Eject(*r);
+      continue;
+    }
     // Answered (maybe cut short later: then st is not OK), unless the client left before the
     // first body byte: then nothing was passed on and the call ends as the client's leaving.
     if (head.status != 0 && !(st.code() == StatusCode::kCancelled && !head_seen)) {
@@ -748,7 +776,8 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
   if (f->client_gone && f->client_gone->cancelled()) return f->respond(ClientGone(call, route, std::string()));
   if (f->attempt >= options_.max_attempts) return f->respond(UnaryAnswer(call, route, std::move(a), std::string()));
   std::string replica_id;
-  std::shared_ptr<ReplicaState> r = PickReplica(call, route, f->tried, &replica_id);
+  const std::string* secret = nullptr;
+  std::shared_ptr<ReplicaState> r = PickReplica(call, route, f->tried, &replica_id, &secret);
   if (!r) {
     if (a.status.ok()) a.status = UnavailableError("no ready replica of deployment " + route.deployment);
     return f->respond(UnaryAnswer(call, route, std::move(a), std::string()));
@@ -758,7 +787,7 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
   f->tried.push_back(r->url());
   r->in_flight.fetch_add(1, std::memory_order_relaxed);
   const auto t = SteadyClock::now();
-  upstream_.Send(*f->loop, r->url(), "POST", f->target, f->body, {{"x-request-id", call.rec.request_id}},
+  upstream_.Send(*f->loop, r->url(), "POST", f->target, f->body, UpstreamHeaders(call.rec.request_id, *secret),
                  [this, f, r, replica_id, t](http::AsyncResult res) mutable {
                    Call& c = *f->call;
                    c.upstream += SteadyClock::now() - t;
@@ -768,6 +797,12 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
                    att.replica = r;
                    att.status = std::move(res.status);
                    if (att.status.code() == StatusCode::kCancelled) return f->respond(ClientGone(c, *f->route, replica_id));
+                   if (res.answered() && res.response.status == 401) {  // as in Forward
+                     att.status = RefusedCredentials(replica_id);
+                     Eject(*r);
+                     ++f->attempt;
+                     return TryNextReplica(std::move(f));
+                   }
                    if (res.answered()) {  // maybe cut short later: then status is not OK
                      att.answered = true;
                      std::string body = std::move(res.response.body);
@@ -1063,16 +1098,23 @@ void Gateway::Background() {
   for (;;) {
     const auto next_scrape = SteadyClock::now() + options_.scrape_period;
     std::vector<std::string> urls;
+    std::vector<std::string> secrets;
     for (const std::shared_ptr<const Route>& r : deps_.directory->List()) {
-      for (const ReplicaInfo& rep : r->replicas) urls.push_back(rep.url);
+      for (const ReplicaInfo& rep : r->replicas) {
+        urls.push_back(rep.url);
+        secrets.push_back(rep.secret);
+      }
     }
-    for (const std::string& url : urls) {
+    for (size_t i = 0; i < urls.size(); ++i) {
+      const std::string& url = urls[i];
       std::unique_ptr<http::Client>& c = scrapers[url];
       if (!c) {
         c = std::make_unique<http::Client>(
             "http://" + url, http::ClientOptions{.timeout = std::min(milliseconds(1000), options_.scrape_period * 2)});
       }
-      StatusOr<http::ClientResponse> m = c->Send("GET", "/metrics");
+      http::Headers auth;
+      if (!secrets[i].empty()) auth.emplace_back("Authorization", "Bearer " + secrets[i]);
+      StatusOr<http::ClientResponse> m = c->Send("GET", "/metrics", "", auth);
       std::shared_ptr<ReplicaState> s = replicas_.Get(url);
       if (m.ok() && m->status == 200) s->SetMetrics(ParseEngineMetrics(m->body));
       else s->SetMetrics({});

@@ -162,8 +162,9 @@ class Gateway {
   http::Response Refuse(Call& call, std::string_view reason, http::Response r);
   // Holds the request until `route` has a ready replica; nullptr and *refusal set when it cannot.
   std::shared_ptr<const Route> WaitForReplica(Call& call, std::shared_ptr<const Route> route, http::Response* refusal);
+  // *secret points into `route` (the replica's secret, presented upstream as a bearer token).
   std::shared_ptr<ReplicaState> PickReplica(Call& call, const Route& route, const std::vector<std::string>& tried,
-                                            std::string* replica_id);
+                                            std::string* replica_id, const std::string** secret);
   Attempted Forward(Call& call, const Route& route, const std::function<bool(std::string_view)>& on_chunk,
                     const std::function<void(const http::ClientResponse&, const std::string& replica_id)>& on_head);
   http::Response Unary(Call& call, const Route& route);

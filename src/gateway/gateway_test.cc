@@ -36,6 +36,7 @@ struct FakeEngineOptions {
   milliseconds first_event_delay{0};  // after a stream's head, before its first event
   int unary_status = 200;       // else a unary answer is this error
   std::string usage_header;     // when set, a unary answer's x-aicloud-usage value
+  std::string secret;           // when set, demanded as "authorization: Bearer <secret>" (else 401)
 };
 
 class FakeEngine {
@@ -45,10 +46,21 @@ class FakeEngine {
     router_.Add("POST", "/v1/chat/completions", [this](http::Request& r) { return Chat(r); });
     router_.Add("POST", "/v1/completions", [this](http::Request& r) { return Chat(r); });
     router_.Add("GET", "/metrics", [this](http::Request&) {
+      ++scrapes;
       std::lock_guard<std::mutex> lock(mu_);
       return http::Response::Text(200, metrics_);
     });
-    auto s = http::Server::Start({.worker_threads = 16}, [this](http::Request& r) { return router_.Dispatch(r); });
+    auto s = http::Server::Start({.worker_threads = 16}, [this](http::Request& r) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        authorizations_.insert(std::string(r.HeaderView("authorization")));
+      }
+      if (!o_.secret.empty() && r.HeaderView("authorization") != "Bearer " + o_.secret) {
+        ++refused;
+        return http::Response::Json(401, {{"error", {{"message", "no key"}}}});
+      }
+      return router_.Dispatch(r);
+    });
     EXPECT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
   }
@@ -69,6 +81,12 @@ class FakeEngine {
   }
 
   std::atomic<int> requests{0};
+  std::atomic<int> scrapes{0};   // /metrics answered
+  std::atomic<int> refused{0};   // requests without the secret
+  std::set<std::string> authorizations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return authorizations_;
+  }
   std::atomic<int> chunks_sent{0};
   std::atomic<bool> cancelled{false};
   std::atomic<bool> unary_cancelled{false};  // a unary call's client went away during unary_delay
@@ -167,6 +185,7 @@ class FakeEngine {
   json last_body_;
   std::string last_raw_;  // GUARDED_BY(mu_)
   std::set<std::string> remotes_;
+  std::set<std::string> authorizations_;  // every Authorization value seen (GUARDED_BY(mu_))
   std::unique_ptr<http::Server> server_;
 };
 
@@ -263,6 +282,58 @@ Route OneModel(std::string name, std::string tenant, std::vector<ReplicaInfo> re
   r.replicas = std::move(replicas);
   r.adapters = std::move(adapters);
   return r;
+}
+
+// A replica that demands its secret gets it on every call the gateway makes: unary (the fast
+// path), streamed, and the /metrics scrapes; the caller's own key never reaches it. Another
+// replica's secret opens nothing: each replica gets its own.
+TEST(Gateway, ReplicasGetTheirSecretAndNeverTheCallersKey) {
+  FakeEngine a({.secret = "secret-of-a"}), b({.secret = "secret-of-b"});
+  a.SetMetrics(0, 0, 0);
+  b.SetMetrics(0, 0, 0);
+  GatewayOptions o;
+  o.scrape_period = milliseconds(10);
+  Harness h(o);
+  ReplicaInfo ra{"a", a.url(), true}, rb{"b", b.url(), true};
+  ra.secret = "secret-of-a";
+  rb.secret = "secret-of-b";
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {ra, rb})).ok());
+  h.AddKey("caller-key", {.key_id = "k", .tenant = "t"});
+  for (int i = 0; i < 6; ++i) {
+    StatusOr<http::ClientResponse> r = h.Post("caller-key", Harness::Chat("m", "hi", 5, /*stream=*/i % 2 == 1));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((a.scrapes.load() == 0 || b.scrapes.load() == 0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_GT(a.scrapes.load(), 0);
+  EXPECT_GT(b.scrapes.load(), 0);
+  EXPECT_EQ(a.requests.load() + b.requests.load(), 6);
+  EXPECT_EQ(a.refused.load() + b.refused.load(), 0);
+  EXPECT_EQ(a.authorizations(), std::set<std::string>{"Bearer secret-of-a"});
+  EXPECT_EQ(b.authorizations(), std::set<std::string>{"Bearer secret-of-b"});
+
+  // A replica that refuses the gateway's credentials (the route has no secret for it): the
+  // caller's key was fine, so the caller gets a 502 naming the replica, never a 401, unary or
+  // streamed; a replica that takes them is tried next.
+  FakeEngine locked({.secret = "s"});
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"locked", locked.url(), true}})).ok());
+  for (bool stream : {false, true}) {
+    StatusOr<http::ClientResponse> r = h.Post("caller-key", Harness::Chat("m", "hi", 5, stream));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 502) << r->body;
+    EXPECT_NE(r->body.find("replica locked refused the gateway's credentials"), std::string::npos) << r->body;
+  }
+  EXPECT_EQ(locked.refused.load(), 2);
+  EXPECT_EQ(locked.authorizations().count("Bearer caller-key"), 0u);
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {{"locked", locked.url(), true}, ra})).ok());
+  for (bool stream : {false, true}) {
+    StatusOr<http::ClientResponse> r = h.Post("caller-key", Harness::Chat("m", "hi", 5, stream));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
 }
 
 // An authenticator that says OK but names no caller is a fault of the authenticator: 503, and

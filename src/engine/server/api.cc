@@ -5,6 +5,8 @@
 #include <random>
 #include <string>
 
+#include <openssl/crypto.h>
+
 #include "http/usage_header.h"
 
 namespace aicloud::engine {
@@ -269,14 +271,35 @@ void AddEngineRoutes(Engine* e, http::Router* router) {
     }
     return http::Response::Json(200, {{"prompt", e->tokenizer().Decode(ids, false)}});
   });
-  // vLLM's runtime adapter endpoints.
+  // vLLM's runtime adapter endpoints. Without allow_runtime_lora_paths an adapter is one the
+  // engine was started with, found by name; a caller's path is refused before anything looks at
+  // the filesystem, so the answer says nothing about which paths exist on the node.
   router->Add("POST", "/v1/load_lora_adapter", [e](http::Request& r) {
     StatusOr<json> b = ParseJson(r);
     if (!b.ok()) return OpenAiError(b.status());
     if (!b->contains("lora_name") || !(*b)["lora_name"].is_string()) return OpenAiError(InvalidArgumentError("lora_name: required, a string"));
-    if (!b->contains("lora_path") || !(*b)["lora_path"].is_string()) return OpenAiError(InvalidArgumentError("lora_path: required, a string"));
+    if (b->contains("lora_path") && !(*b)["lora_path"].is_string()) return OpenAiError(InvalidArgumentError("lora_path: a string"));
     const std::string name = (*b)["lora_name"];
-    if (Status s = e->loras().Load(name, (*b)["lora_path"].get<std::string>()); !s.ok()) return OpenAiError(s);
+    const std::string asked = b->value("lora_path", std::string());
+    std::string path;
+    for (const auto& [n, dir] : e->options().loras) {
+      if (n == name) path = dir;
+    }
+    if (!e->options().allow_runtime_lora_paths) {
+      if (path.empty()) {
+        return OpenAiError(InvalidArgumentError("lora_name: '" + name + "' is not one of the adapters this engine was "
+                                                "started with; adapters are resolved by the platform"));
+      }
+      if (!asked.empty() && asked != path) {
+        return OpenAiError(InvalidArgumentError("lora_path: this engine loads only the adapters it was started with; "
+                                                "send lora_name alone"));
+      }
+    } else if (!asked.empty()) {
+      path = asked;
+    } else if (path.empty()) {
+      return OpenAiError(InvalidArgumentError("lora_path: required for an adapter the engine was not started with"));
+    }
+    if (Status s = e->loras().Load(name, path); !s.ok()) return OpenAiError(s);
     return http::Response::Text(200, "Success: LoRA adapter '" + name + "' added successfully.");
   });
   router->Add("POST", "/v1/unload_lora_adapter", [e](http::Request& r) {
@@ -292,14 +315,36 @@ void AddEngineRoutes(Engine* e, http::Router* router) {
   });
 }
 
-StatusOr<std::unique_ptr<EngineServer>> EngineServer::Start(Engine* engine, http::ServerOptions options) {
+namespace {
+
+// Whether `r` carries "Authorization: Bearer <api_key>"; the comparison takes the same time
+// wherever the first difference is.
+bool Presents(const http::Request& r, const std::string& api_key) {
+  const std::string_view auth = r.HeaderView("authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() != kBearer.size() + api_key.size() || auth.substr(0, kBearer.size()) != kBearer) return false;
+  return CRYPTO_memcmp(auth.data() + kBearer.size(), api_key.data(), api_key.size()) == 0;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<EngineServer>> EngineServer::Start(Engine* engine, http::ServerOptions options,
+                                                            std::string api_key) {
   std::unique_ptr<EngineServer> s(new EngineServer());
   s->router_ = std::make_unique<http::Router>();
   AddEngineRoutes(engine, s->router_.get());
   http::Router* router = s->router_.get();
   options.thread_name = "engine";
-  StatusOr<std::unique_ptr<http::Server>> server =
-      http::Server::Start(std::move(options), [router](http::Request& r) { return router->Dispatch(r); });
+  StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(
+      std::move(options), [router, key = std::move(api_key)](http::Request& r) {
+        if (!key.empty() && !Presents(r, key)) {
+          http::Response denied = OpenAiError(UnauthenticatedError(
+              "this engine answers only callers that present its key as 'Authorization: Bearer <key>'"));
+          denied.headers.emplace_back("WWW-Authenticate", "Bearer");
+          return denied;
+        }
+        return router->Dispatch(r);
+      });
   if (!server.ok()) return server.status();
   s->server_ = std::move(*server);
   return s;

@@ -8,6 +8,10 @@
 //   POST /tokenize, /detokenize  vLLM's helpers: {"prompt"} -> {"tokens"}, {"tokens"} -> {"prompt"}
 //   GET  /metrics                Prometheus text with vLLM's metric names
 //
+//   POST /v1/load_lora_adapter  {"lora_name"}: (re)loads one of the adapters the engine was started
+//                               with; a "lora_path" of the caller's only with --allow-runtime-lora-paths
+//   POST /v1/unload_lora_adapter {"lora_name"}
+//
 // Errors use OpenAI's shape ({"error": {"message", "type", "param", "code"}}); a full queue is
 // 429 with Retry-After. A streaming client that disconnects cancels its request.
 #pragma once
@@ -26,8 +30,11 @@ void AddEngineRoutes(Engine* engine, http::Router* router);
 
 class EngineServer {
  public:
-  // Serves `engine` (not owned; must outlive the server).
-  static StatusOr<std::unique_ptr<EngineServer>> Start(Engine* engine, http::ServerOptions options);
+  // Serves `engine` (not owned; must outlive the server). A non-empty `api_key` is demanded of
+  // every request, /health and /metrics included, as "Authorization: Bearer <api_key>" (compared
+  // in constant time); anything else is answered 401 before routing.
+  static StatusOr<std::unique_ptr<EngineServer>> Start(Engine* engine, http::ServerOptions options,
+                                                       std::string api_key = "");
   uint16_t port() const { return server_->port(); }
   void Stop() { server_->Stop(); }
 

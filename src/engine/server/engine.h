@@ -64,8 +64,12 @@ struct EngineOptions {
   PrefillOrder prefill_order = PrefillOrder::kFcfs;
   int64_t max_overtake_micros = 60'000'000;
   bool enable_prefix_caching = true;
-  // LoRA adapters served at start (name, PEFT directory); more can be loaded at run time.
+  // LoRA adapters served at start (name, PEFT directory). POST /v1/load_lora_adapter (re)loads
+  // one of these by name; a directory the caller names is refused unless
+  // allow_runtime_lora_paths (a standalone engine's operator choice; never set for Deployments,
+  // whose adapters the platform resolves).
   std::vector<std::pair<std::string, std::string>> loras;
+  bool allow_runtime_lora_paths = false;
   int32_t max_loras = 4;        // resident adapters, and distinct adapters in one step
   int64_t max_lora_rank = 64;
 };

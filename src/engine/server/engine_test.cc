@@ -550,13 +550,131 @@ TEST_F(ApiTest, StreamingMatchesNonStreaming) {
 namespace aicloud::engine {
 namespace {
 
-TEST_F(ApiTest, LoraAdapterEndpoints) {
+// An engine, its server and a client: what a test of the API with other options than ApiTest's
+// needs.
+struct Served {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<EngineServer> server;
+  std::unique_ptr<http::Client> client;
+  ~Served() {
+    client.reset();
+    if (server) server->Stop();
+  }
+};
+
+std::unique_ptr<Served> Serve(EngineOptions o, std::string api_key = "") {
+  auto s = std::make_unique<Served>();
+  s->engine = Start(std::move(o));
+  if (s->engine == nullptr) return nullptr;
+  StatusOr<std::unique_ptr<EngineServer>> server =
+      EngineServer::Start(s->engine.get(), {.port = 0, .worker_threads = 4}, std::move(api_key));
+  EXPECT_TRUE(server.ok()) << server.status();
+  if (!server.ok()) return nullptr;
+  s->server = std::move(*server);
+  s->client = std::make_unique<http::Client>("http://127.0.0.1:" + std::to_string(s->server->port()));
+  return s;
+}
+
+fs::path TestAdapter(const ModelConfig& config) {
   const fs::path dir = WriteModel().parent_path() / "api-adapter";
   InitLoraOptions o;
   o.seed = 9;
   o.b_std = 0.5;
   o.overwrite = true;
-  ASSERT_TRUE(InitRandomLora(dir, engine_->config(), o).ok());
+  EXPECT_TRUE(InitRandomLora(dir, config, o).ok());
+  return dir;
+}
+
+// A replica's key is demanded of every request, whatever the path or method (unknown ones too:
+// a 404 would tell a caller without the key which paths exist), and a wrong key or scheme is no
+// better than none.
+TEST(EngineApiTest, AReplicaKeyIsDemandedOnEveryEndpoint) {
+  const std::string key = "3f1c0d9e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e";
+  std::unique_ptr<Served> s = Serve({}, key);
+  ASSERT_NE(s, nullptr);
+  const std::pair<const char*, const char*> calls[] = {
+      {"GET", "/health"},
+      {"GET", "/metrics"},
+      {"GET", "/v1/models"},
+      {"POST", "/v1/completions"},
+      {"POST", "/v1/chat/completions"},
+      {"POST", "/v1/embeddings"},
+      {"POST", "/tokenize"},
+      {"POST", "/detokenize"},
+      {"POST", "/v1/load_lora_adapter"},
+      {"POST", "/v1/unload_lora_adapter"},
+      {"GET", "/no/such/path"},
+  };
+  const std::string body = R"({"model":"tiny","prompt":"Hello","max_tokens":2,"input":"a","tokens":[1],)"
+                           R"("messages":[{"role":"user","content":"Hi"}],"lora_name":"x"})";
+  const http::Headers wrong[] = {{},
+                                 {{"Authorization", "Bearer " + key.substr(1)}},
+                                 {{"Authorization", "Bearer " + key + "0"}},
+                                 {{"Authorization", "Basic " + key}},
+                                 {{"Authorization", key}}};
+  for (const auto& [method, path] : calls) {
+    SCOPED_TRACE(std::string(method) + " " + path);
+    for (const http::Headers& h : wrong) {
+      StatusOr<http::ClientResponse> r = s->client->Send(method, path, method == std::string("POST") ? body : "", h);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->status, 401) << r->body;
+      EXPECT_NE(r->body.find("Authorization: Bearer"), std::string::npos) << r->body;
+    }
+    StatusOr<http::ClientResponse> r = s->client->Send(method, path, method == std::string("POST") ? body : "",
+                                                       {{"Authorization", "Bearer " + key}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_NE(r->status, 401) << r->body;
+  }
+  StatusOr<http::ClientResponse> ok = s->client->Send("POST", "/v1/completions", body, {{"Authorization", "Bearer " + key}});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// A Deployment's engine loads only the adapters it was started with, by name. A path of the
+// caller's is refused before the filesystem is consulted: the answer for a directory that exists
+// is the answer for one that does not.
+TEST(EngineApiTest, LoraLoadsOnlyTheAdaptersTheEngineStartedWith) {
+  std::unique_ptr<Engine> probe = Start();
+  ASSERT_NE(probe, nullptr);
+  const fs::path dir = TestAdapter(probe->config());
+  probe.reset();
+  EngineOptions o;
+  o.loras = {{"sql", dir.string()}};
+  std::unique_ptr<Served> s = Serve(o);
+  ASSERT_NE(s, nullptr);
+  auto post = [&](const std::string& body) {
+    StatusOr<http::ClientResponse> r = s->client->Send("POST", "/v1/load_lora_adapter", body);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? std::pair{r->status, r->body} : std::pair{0, std::string()};
+  };
+  const auto existing = post(R"({"lora_name":"x","lora_path":"/etc"})");
+  const auto missing = post(R"({"lora_name":"x","lora_path":"/nonexistent/adapter"})");
+  EXPECT_EQ(existing.first, 400) << existing.second;
+  EXPECT_EQ(existing, missing);
+  const auto other_path = post(R"({"lora_name":"sql","lora_path":"/etc"})");
+  EXPECT_EQ(other_path.first, 400) << other_path.second;
+  EXPECT_EQ(other_path, post(R"({"lora_name":"sql","lora_path":"/nonexistent/adapter"})"));
+  EXPECT_NE(other_path.second.find("lora_path"), std::string::npos) << other_path.second;
+  EXPECT_EQ(post(R"({"lora_name":"unknown"})").first, 400);
+
+  // Its own adapter, by name (or by its own path): unloaded, then loaded again.
+  EXPECT_EQ(post(R"({"lora_name":"sql"})").first, 409) << "loaded at start";
+  StatusOr<http::ClientResponse> r = s->client->Send("POST", "/v1/unload_lora_adapter", R"({"lora_name":"sql"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(post(R"({"lora_name":"sql"})").first, 200);
+  ASSERT_TRUE(s->client->Send("POST", "/v1/unload_lora_adapter", R"({"lora_name":"sql"})").ok());
+  EXPECT_EQ(post(R"({"lora_name":"sql","lora_path":")" + dir.string() + R"("})").first, 200);
+}
+
+// With --allow-runtime-lora-paths (a standalone engine's operator's choice), vLLM's behaviour.
+TEST_F(ApiTest, LoraAdapterEndpoints) {
+  EngineOptions eo;
+  eo.allow_runtime_lora_paths = true;
+  std::unique_ptr<Served> served = Serve(eo);
+  ASSERT_NE(served, nullptr);
+  client_ = std::move(served->client);
+  const fs::path dir = TestAdapter(engine_->config());
   const std::string load = R"({"lora_name":"sql","lora_path":")" + dir.string() + R"("})";
   StatusOr<http::ClientResponse> r = client_->Send("POST", "/v1/load_lora_adapter", load);
   ASSERT_TRUE(r.ok());
