@@ -171,6 +171,11 @@ bool Agent::SleepFor(milliseconds d) {
 StatusOr<Agent::Registration> Agent::RegisterOnce(http::Client& client, bool* retryable) {
   *retryable = true;
   json body = {{"spec", options_.node_spec}};
+  if (gpus_ && body["spec"].is_object()) {
+    if (json foreign = gpus_->ForeignInstances(); !foreign.empty()) {
+      body["spec"]["foreignMigInstances"] = std::move(foreign);
+    }
+  }
   StatusOr<http::ClientResponse> r =
       client.Send("POST", NodePath() + "/register", body.dump(), AuthHeaders());
   if (!r.ok()) {
@@ -211,6 +216,19 @@ Status Agent::Start() {
                            ": " + ec.message());
     }
   }
+  // GPUs first: leftover MIG instances are cleaned up, and foreign ones named at registration.
+  if (!gpus_) {
+    auto gpus = std::make_unique<GpuIsolation>(GpuIsolationOptions{
+        .work_dir = options_.work_dir, .nvml_library = options_.nvml_library,
+        .cuda_library = options_.cuda_library, .wipe_command = options_.gpu_wipe_command,
+        .allow_unwiped_handover = options_.allow_unwiped_gpu_handover,
+        .simulated = options_.simulated_gpus});
+    json events = json::array();
+    gpus->Start(&events);
+    std::lock_guard<std::mutex> l(mu_);
+    for (json& e : events) pending_events_.push_back(std::move(e));
+    gpus_ = std::move(gpus);
+  }
   http::Client client(options_.server_url, options_.tls);
   const auto deadline = std::chrono::steady_clock::now() + options_.register_deadline;
   milliseconds backoff = kInitialBackoff;
@@ -242,7 +260,7 @@ Status Agent::Start() {
   spdlog::info("agent: node {} registered, epoch {}", options_.node_name, reg.epoch);
 
   if (options_.gpu_metrics) {
-    StatusOr<std::unique_ptr<GpuDiscovery>> nvml = GpuDiscovery::Open();
+    StatusOr<std::unique_ptr<GpuDiscovery>> nvml = GpuDiscovery::Open(options_.nvml_library);
     if (nvml.ok()) {
       nvml_ = std::move(*nvml);
     } else {
@@ -296,6 +314,21 @@ void Agent::Stop() {
     sup = std::move(sup_);
   }
   sup.reset();  // TERM, then KILL after each attempt's grace; waits for them
+  if (gpus_) {  // their MIG instances go with them (events can no longer be sent)
+    json events = json::array();
+    for (const std::string& id : gpus_->Holders()) gpus_->Release(id, &events);
+  }
+}
+
+void Agent::ReleaseEndedGpusLocked() {
+  if (!gpus_ || !sup_) return;
+  for (const std::string& id : gpus_->Holders()) {
+    std::optional<ProcStatus> st = sup_->Get(id);
+    auto it = local_.find(id);
+    const bool ended = it == local_.end() || !it->second.start_error.empty() || !st ||
+                       st->state != ProcState::kRunning;
+    if (ended) gpus_->Release(id, &pending_events_);
+  }
 }
 
 void Agent::Reregister(http::Client& client, const std::string& seen_epoch) {
@@ -493,34 +526,20 @@ void Agent::StartAttemptLocked(const json& a) {
     spec.env["AICLOUD_NODE_ADDRESS"] = address.get<std::string>();
   }
 
-  std::string devices, millis, mems;
-  bool fractional = false, mem_capped = false;
-  for (const json& g : a.value("gpus", json::array())) {
-    int index = g.value("index", 0);
-    int64_t milli = g.value("milli", int64_t{1000});
-    int64_t mem = g.value("memMiB", int64_t{0});
-    std::string sep = devices.empty() ? "" : ",";
-    devices += sep + std::to_string(index);
-    millis += sep + std::to_string(milli);
-    mems += sep + std::to_string(mem);
-    fractional |= milli < 1000;
-    mem_capped |= mem > 0;
-    auto last = gpu_tenant_.find(index);
-    if (last != gpu_tenant_.end() && last->second != local.tenant) {
-      std::string msg = "GPU " + std::to_string(index) + " wiped before tenant " + local.tenant +
-                        " (no CUDA device: recorded only)";
-      spdlog::info("agent: {}", msg);
-      pending_events_.push_back({{"reason", "GpuMemoryWiped"},
-                                 {"message", msg},
-                                 {"tenant", local.tenant},
-                                 {"job", local.job},
-                                 {"gpu", index}});
-    }
-    gpu_tenant_[index] = local.tenant;
+  // GPUs: MIG instance, wipe between tenants, MPS limits (gpu_isolation.h).
+  std::string devices;
+  StatusOr<std::map<std::string, std::string>> gpu_env =
+      gpus_->Prepare(id, local.tenant, local.job, a.value("gpus", json::array()), &pending_events_);
+  if (!gpu_env.ok()) {
+    spdlog::error("agent: not starting attempt {}: {}", id, gpu_env.status().ToString());
+    local.start_error = gpu_env.status().message();
+    local.gpu_setup_failed = true;
+    local.final_ship_done = true;
+    local_[id] = std::move(local);
+    return;
   }
-  spec.env["CUDA_VISIBLE_DEVICES"] = devices;
-  if (fractional) spec.env["AICLOUD_GPU_MILLI"] = millis;
-  if (mem_capped) spec.env["AICLOUD_GPU_MEMORY_MIB"] = mems;
+  for (const auto& [k, v] : *gpu_env) spec.env[k] = v;
+  devices = spec.env["CUDA_VISIBLE_DEVICES"];
 
   std::string wd = a.value("workingDir", "");
   spec.working_dir = wd.empty() ? (work / "attempts" / PathComponent(id)).string() : wd;
@@ -657,12 +676,14 @@ void Agent::ReportLoop() {
     {
       std::lock_guard<std::mutex> l(mu_);
       epoch = epoch_;
+      ReleaseEndedGpusLocked();
       for (const auto& [id, local] : local_) {
         if (local.orphaned) continue;
         if (!local.start_error.empty()) {
           attempts.push_back({{"attempt", id}, {"state", "Failed"}, {"exitCode", 127},
                               {"message", "could not start: " + local.start_error},
                               {"cpuSeconds", 0.0}});
+          if (local.gpu_setup_failed) attempts.back()["reason"] = "GpuSetupFailed";
           terminal.push_back(id);
           continue;
         }

@@ -37,15 +37,22 @@
 //   AICLOUD_CHECKPOINT_DIR  <work_dir>/checkpoints/<tenant>/<job> (created)
 //   AICLOUD_NODE_ADDRESS    the node's address as registered (node_spec.address): where its
 //                           services listen (a replica's engine binds there)
-//   CUDA_VISIBLE_DEVICES    "0,3" (the assigned GPU indices; "" with none)
-//   AICLOUD_GPU_MILLI       "500,500" per GPU, only when a share is fractional (< 1000 milli)
+//   CUDA_VISIBLE_DEVICES    "0,3" (the assigned GPU indices; a MIG slice's "MIG-<uuid>"; "" with
+//                           none), with CUDA_DEVICE_ORDER=PCI_BUS_ID when there are GPUs
+//   AICLOUD_GPU_MILLI       "500,500" per GPU, only when a share is fractional (< 1000 milli),
+//                           with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and, with a memory cap,
+//                           CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (gpu_isolation.h)
 //   AICLOUD_GPU_MEMORY_MIB  "20480" per GPU, only when the assignment caps GPU memory
-// Files: <work_dir>/attempts/<id> (working dir unless the assignment names one) and
-// <work_dir>/logs/<id>.log.
+// Files: <work_dir>/attempts/<id> (working dir unless the assignment names one),
+// <work_dir>/logs/<id>.log and <work_dir>/gpu-state.json (GpuIsolation's state).
 //
-// GPU hand-over: the agent remembers which tenant last ran on each GPU index; when an attempt of
-// another tenant starts there, the next report carries an event {"reason": "GpuMemoryWiped",
-// ...} (this build records the wipe only; it does not clear device memory).
+// GPUs (gpu_isolation.h): before an attempt starts, the agent creates its MIG instance, wipes the
+// GPU's memory when another tenant used it last, and records the new tenant durably; each step is
+// an event in the next report. When that fails, the attempt is not started and is reported
+// {"state": "Failed", "reason": "GpuSetupFailed"}: the server requeues it without using a retry.
+// When an attempt has ended, its MIG instance is destroyed. GpuIsolation::Start runs before the
+// first registration; MIG instances this agent did not create are listed in the registered spec
+// as "foreignMigInstances".
 //
 // Thread-safe.
 #pragma once
@@ -61,8 +68,10 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "agent/gpu_discovery.h"
+#include "agent/gpu_isolation.h"
 #include "agent/supervisor.h"
 #include "core/status.h"
 #include "http/client.h"
@@ -88,6 +97,14 @@ struct AgentOptions {
   std::string cgroup_root;
   // Try NVML for GPU metrics in the heartbeat.
   bool gpu_metrics = true;
+  // GPU isolation (gpu_isolation.h): library paths (default the real sonames), the wipe helper's
+  // argv (empty: this binary's `gpu-wipe`), whether a GPU may go to another tenant unwiped when
+  // no CUDA driver can be loaded (default: refused), and simulated GPUs (nothing touches a device).
+  std::string nvml_library = "libnvidia-ml.so.1";
+  std::string cuda_library = "libcuda.so.1";
+  std::vector<std::string> gpu_wipe_command;
+  bool allow_unwiped_gpu_handover = false;
+  bool simulated_gpus = false;
 };
 
 // The local IP address this host uses to reach `server_url`'s host (the source address the
@@ -130,6 +147,7 @@ class Agent {
     bool log_done = false;        // the server refuses this attempt's log: stop shipping
     int64_t shipped = 0;          // log bytes the server has
     std::string start_error;      // Supervisor::Start refused it (reported as Failed)
+    bool gpu_setup_failed = false;  // start_error came from GPU setup: reason GpuSetupFailed
   };
   struct Registration {
     std::string epoch, instance;
@@ -144,6 +162,8 @@ class Agent {
   void Reconcile(const std::string& epoch, const nlohmann::json& attempts);
   void StartAttemptLocked(const nlohmann::json& a);
   void ShipLogs(http::Client& client, const std::string& epoch);
+  // Destroys the MIG instances of attempts that have ended (events queued). REQUIRES: mu_ held.
+  void ReleaseEndedGpusLocked();
   // Returns false when the agent is stopping. Waits `d` or until Stop.
   bool SleepFor(std::chrono::milliseconds d);
   bool stopping() const { return stopping_.load(); }
@@ -161,7 +181,7 @@ class Agent {
   bool started_threads_ = false;
   std::map<std::string, Local> local_;
   std::set<std::string> ever_started_;
-  std::map<int, std::string> gpu_tenant_;  // GPU index -> tenant that last ran there
+  std::unique_ptr<GpuIsolation> gpus_;
   nlohmann::json pending_events_ = nlohmann::json::array();
 
   std::mutex register_mu_;  // one re-registration at a time

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/testdata/fake_gpus.h"
 #include "http/router.h"
 #include "http/server.h"
 
@@ -213,6 +214,10 @@ class FakeControlPlane {
   std::unique_ptr<http::Server> server_;
 };
 
+int64_t FakeGpusWipeable() {
+  return testing::FakeGpus::kMemory - testing::FakeGpus::kUsedOnGpu1 - (int64_t{1} << 20);
+}
+
 json Attempt(const std::string& id, const std::string& cmd, json gpus = json::array(),
              const std::string& tenant = "t", const std::string& job = "j") {
   return {{"attempt", id}, {"tenant", tenant}, {"job", job}, {"worker", 0},
@@ -235,11 +240,32 @@ class AgentLoopTest : public ::testing::Test {
     o.poll_wait = milliseconds(300);
     o.register_deadline = milliseconds(2000);
     o.gpu_metrics = false;
+    o.nvml_library = dir.path() + "/no-libnvidia-ml.so.1";  // hermetic, even on a GPU host
+    o.cuda_library = dir.path() + "/no-libcuda.so.1";
     return o;
   }
-  void StartAgent() {
-    agent = std::make_unique<Agent>(Options());
+  // Against the fake NVML/CUDA (testdata/fake_gpus.h).
+  AgentOptions GpuOptions() {
+    AgentOptions o = Options();
+    o.nvml_library = AICLOUD_FAKE_NVML;
+    o.cuda_library = AICLOUD_FAKE_CUDA;
+    o.gpu_wipe_command = {AICLOUD_GPU_WIPE_HELPER};
+    return o;
+  }
+  void StartAgent() { StartAgent(Options()); }
+  void StartAgent(AgentOptions o) {
+    agent = std::make_unique<Agent>(std::move(o));
     ASSERT_TRUE(agent->Start().ok());
+  }
+  json EventsWith(const std::string& reason) {
+    std::lock_guard<std::mutex> l(cp.mu);
+    json out = json::array();
+    for (const json& r : cp.reports) {
+      for (const json& e : r["events"]) {
+        if (e["reason"] == reason) out.push_back(e);
+      }
+    }
+    return out;
   }
   void TearDown() override { agent.reset(); }
 
@@ -365,22 +391,79 @@ TEST_F(AgentLoopTest, ChildEnvironmentHasGpusAndCheckpointDir) {
   EXPECT_NE(cp.Log("f1").find("MILLI=500 MEM=1024"), std::string::npos) << cp.Log("f1");
 }
 
-TEST_F(AgentLoopTest, GpuHandedToAnotherTenantIsWiped) {
-  StartAgent();
-  cp.SetDesired({Attempt("a1", "true", json::array({{{"index", 0}, {"milli", 1000}}}), "alice")});
+TEST_F(AgentLoopTest, GpuHandedToAnotherTenantIsWipedBeforeItStartsAlsoAcrossARestart) {
+  testing::FakeGpus fake;
+  StartAgent(GpuOptions());
+  const json gpu1 = json::array({{{"index", 1}, {"milli", 1000}}});
+  cp.SetDesired({Attempt("a1", "true", gpu1, "alice")});
   ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
-  cp.SetDesired({Attempt("b1", "true", json::array({{{"index", 0}, {"milli", 1000}}}), "bob", "jb")});
-  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("b1")["state"] == "Succeeded"; }));
+  // The agent restarts in between: the last tenant was persisted.
+  agent.reset();
+  StartAgent(GpuOptions());
+  const std::string marker = dir.path() + "/zeroed-at-start";
+  cp.SetDesired({Attempt("b1", "cp " + fake.dir() + "/state.json " + marker, gpu1, "bob", "jb")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("b1")["state"] == "Succeeded"; })) << cp.LastReport("b1").dump();
+  ASSERT_TRUE(WaitFor([&] { return EventsWith("GpuMemoryWiped").size() == 1; })) << EventsWith("GpuMemoryWiped").dump();
+  const json e = EventsWith("GpuMemoryWiped")[0];
+  EXPECT_EQ(e["tenant"], "bob");
+  EXPECT_EQ(e["job"], "jb");
+  EXPECT_NE(e["message"].get<std::string>().find("before tenant bob (last used by alice)"), std::string::npos) << e.dump();
+  // The memory was zeroed before bob's process started (its copy of the device state shows it).
+  const int64_t wiped = FakeGpusWipeable();
+  EXPECT_EQ(json::parse(Slurp(marker))["gpus"][1]["zeroedBytes"], wiped);
+  EXPECT_NE(e["message"].get<std::string>().find("[" + std::to_string(wiped) + " bytes]"), std::string::npos);
+  // bob again: no second wipe.
+  cp.SetDesired({Attempt("b2", "true", gpu1, "bob", "jb")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("b2")["state"] == "Succeeded"; }));
+  EXPECT_EQ(EventsWith("GpuMemoryWiped").size(), 1u);
+}
+
+TEST_F(AgentLoopTest, MigJobRunsOnTheInstanceTheSchedulerPlacedWhichGoesWithIt) {
+  testing::FakeGpus fake;
+  StartAgent(GpuOptions());
+  cp.SetDesired({Attempt("m1", "echo \"CVD=$CUDA_VISIBLE_DEVICES\"; sleep 0.3",
+                         json::array({{{"index", 0}, {"milli", 1000}, {"migStart", 4}, {"migProfile", "3g.40gb"}}}),
+                         "alice")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("m1")["state"] == "Running"; }));
+  json inst = fake.State()["gpus"][0]["instances"];
+  ASSERT_EQ(inst.size(), 1u);
+  EXPECT_EQ(inst[0]["start"], 4);
+  EXPECT_EQ(inst[0]["profile"], 2);
+  const std::string uuid = inst[0]["ci"][0]["uuid"];
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("m1")["state"] == "Succeeded"; }));
+  EXPECT_EQ(cp.Log("m1"), "CVD=" + uuid + "\n");
+  ASSERT_TRUE(WaitFor([&] { return fake.State()["gpus"][0]["instances"].empty(); }));
+  ASSERT_TRUE(WaitFor([&] { return EventsWith("MigInstanceDestroyed").size() == 1; }));
+  EXPECT_EQ(EventsWith("MigInstanceCreated").size(), 1u);
+}
+
+TEST_F(AgentLoopTest, GpuSetupFailureIsReportedForARequeueAndNothingRuns) {
+  testing::FakeGpus fake;
+  fake.Fail("nvmlDeviceCreateGpuInstanceWithPlacement", 23);  // NVML_ERROR_INSUFFICIENT_RESOURCES
+  StartAgent(GpuOptions());
+  const std::string marker = dir.path() + "/ran";
+  cp.SetDesired({Attempt("m1", "touch " + marker,
+                         json::array({{{"index", 0}, {"milli", 1000}, {"migStart", 0}, {"migProfile", "1g.10gb"}}}),
+                         "alice", "jm")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("m1")["state"] == "Failed"; }));
+  const json r = cp.LastReport("m1");
+  EXPECT_EQ(r["reason"], "GpuSetupFailed") << r.dump();
+  EXPECT_NE(r["message"].get<std::string>().find("Insufficient Resources"), std::string::npos) << r.dump();
+  ASSERT_TRUE(WaitFor([&] { return EventsWith("GpuSetupFailed").size() == 1; }));
+  EXPECT_EQ(EventsWith("GpuSetupFailed")[0]["type"], "Warning");
+  EXPECT_EQ(EventsWith("GpuSetupFailed")[0]["job"], "jm");
+  EXPECT_FALSE(fs::exists(marker));
+}
+
+TEST_F(AgentLoopTest, ForeignMigInstancesAreNamedAtRegistration) {
+  testing::FakeGpus fake;
+  fake.AddInstance(0, 5, 0, 3, 1, 1, "MIG-00000000-0000-4000-8000-0000000000f5");
+  StartAgent(GpuOptions());
   std::lock_guard<std::mutex> l(cp.mu);
-  json events = json::array();
-  for (const json& r : cp.reports) {
-    for (const json& e : r["events"]) events.push_back(e);
-  }
-  ASSERT_EQ(events.size(), 1u) << events.dump();
-  EXPECT_EQ(events[0]["reason"], "GpuMemoryWiped");
-  EXPECT_EQ(events[0]["tenant"], "bob");
-  EXPECT_EQ(events[0]["job"], "jb");
-  EXPECT_EQ(events[0]["message"], "GPU 0 wiped before tenant bob (no CUDA device: recorded only)");
+  ASSERT_EQ(cp.specs.size(), 1u);
+  ASSERT_TRUE(cp.specs[0].contains("foreignMigInstances")) << cp.specs[0].dump();
+  EXPECT_EQ(cp.specs[0]["foreignMigInstances"][0]["gpuInstance"], 5);
+  EXPECT_EQ(fake.State()["gpus"][0]["instances"].size(), 1u);  // left alone
 }
 
 TEST_F(AgentLoopTest, LogResentFromServerOffsetAfterOutOfRange) {

@@ -24,6 +24,8 @@ void AddModel(CLI::App& app, int* exit_code);
 void AddEngine(CLI::App& app, int* exit_code);
 // `gateway`: the OpenAI front door for engine replicas listed in an upstreams file.
 void AddGateway(CLI::App& app, int* exit_code);
+// `gpu-check`: MIG state (read only) and a test of the tenant memory wipe on a real GPU.
+void AddGpu(CLI::App& app, int* exit_code);
 // `simulate events`, registered on the `simulate` subcommand by AddSimulate.
 void AddSimulateEvents(CLI::App& simulate, int* exit_code);
 // `simulate autoscale` and `simulate routing`, registered on the `simulate` subcommand.

@@ -1,9 +1,14 @@
 // aicloud: one binary, many subcommands (see docs/cli.md).
 #include <iostream>
 
+#include <string>
+
+#include "agent/gpu_wipe.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
+  // The agent's GPU memory wipe helper (agent/gpu_wipe.h): its own argv, before any parsing.
+  if (argc > 1 && std::string(argv[1]) == "gpu-wipe") return aicloud::agent::GpuWipeMain(argc - 1, argv + 1);
   CLI::App app{"aicloud: a private AI cloud: GPU scheduling, serving and tenancy"};
   app.require_subcommand(1);
   int exit_code = 0;
@@ -15,6 +20,7 @@ int main(int argc, char** argv) {
   aicloud::cli::AddModel(app, &exit_code);
   aicloud::cli::AddEngine(app, &exit_code);
   aicloud::cli::AddGateway(app, &exit_code);
+  aicloud::cli::AddGpu(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -264,6 +264,7 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
     ao.work_dir = sf.data_dir + "/agents/" + name;
     ao.heartbeat = std::chrono::milliseconds(2000);
     ao.poll_wait = std::chrono::milliseconds(2000);  // so Ctrl-C stops the agents promptly
+    ao.simulated_gpus = true;  // simulated GPUs: MIG and wipes recorded, no device touched
     auto a = std::make_unique<agent::Agent>(ao);
     AICLOUD_RETURN_IF_ERROR(a->Start());
     return a;
@@ -455,6 +456,14 @@ void AddServer(CLI::App& app, int* exit_code) {
   ag->add_option("--ca-file", *a_ca, "CA of an https server");
   ag->add_option("--cert", *a_cert, "client certificate (mTLS)");
   ag->add_option("--key", *a_key, "client key (mTLS)");
+  auto a_nvml = std::make_shared<std::string>("libnvidia-ml.so.1");
+  auto a_cuda = std::make_shared<std::string>("libcuda.so.1");
+  auto a_unwiped = std::make_shared<bool>(false);
+  ag->add_option("--nvml-library", *a_nvml, "NVML library for discovery and MIG (default libnvidia-ml.so.1)");
+  ag->add_option("--cuda-library", *a_cuda, "CUDA driver library for the memory wipe (default libcuda.so.1)");
+  ag->add_flag("--allow-unwiped-gpu-handover", *a_unwiped,
+               "when no CUDA driver loads, hand a GPU to another tenant unwiped (Warning event) "
+               "instead of refusing it");
   ag->callback([=] {
     BlockSignals();
     StatusOr<std::chrono::milliseconds> hb = ParseDuration(*a_heartbeat);
@@ -467,7 +476,7 @@ void AddServer(CLI::App& app, int* exit_code) {
     if (!a_inventory->empty()) {
       spec = agent::NodeSpecFromInventory(*a_inventory, *a_node);
     } else if (*a_discover) {
-      StatusOr<std::unique_ptr<agent::GpuDiscovery>> d = agent::GpuDiscovery::Open();
+      StatusOr<std::unique_ptr<agent::GpuDiscovery>> d = agent::GpuDiscovery::Open(*a_nvml);
       if (!d.ok()) std::cerr << "no GPUs discovered (" << d.status().message() << "); registering as a CPU node\n";
       spec = agent::NodeSpecFromDiscovery(d.ok() ? d->get() : nullptr);
     }
@@ -493,6 +502,9 @@ void AddServer(CLI::App& app, int* exit_code) {
     ao.tls.ca_file = *a_ca;
     ao.tls.cert_file = *a_cert;
     ao.tls.key_file = *a_key;
+    ao.nvml_library = *a_nvml;
+    ao.cuda_library = *a_cuda;
+    ao.allow_unwiped_gpu_handover = *a_unwiped;
     agent::Agent a(ao);
     Status st = a.Start();
     if (!st.ok()) {

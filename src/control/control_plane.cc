@@ -556,6 +556,13 @@ void ControlPlane::ApplyReports() {
           to_publish_.insert(w.node);
         }
         job->dirty = true;
+        if (r.state != "Succeeded" && r.reason == "GpuSetupFailed") {
+          // The node could not set up (or wipe) its GPUs for this attempt: requeued whatever
+          // the restart policy, without using a retry, as for a drained node.
+          EndAttempt(*job, "Killed", "GpuSetupFailed",
+                     "worker " + w.attempt + " on " + w.node + ": " + r.message, false);
+          break;
+        }
         if (r.state != "Succeeded") {
           Event(*job, "Warning", "WorkerFailed",
                 "worker on " + w.node + " (attempt " + w.attempt + "): " + r.message);
@@ -933,6 +940,7 @@ StatusOr<json> ControlPlane::AgentReport(const std::string& node, const std::str
     r.state = a.value("state", "");
     r.exit_code = a.value("exitCode", -1);
     r.message = a.value("message", "");
+    r.reason = a.value("reason", "");
     r.cpu_seconds = a.value("cpuSeconds", 0.0);
     reports_.push_back(std::move(r));
   }
@@ -944,7 +952,8 @@ StatusOr<json> ControlPlane::AgentReport(const std::string& node, const std::str
                        {"kind", "Event"},
                        {"metadata", {{"name", node + "." + instance_ + "." + std::to_string(++event_counter_)},
                                      {"tenant", tenant}}},
-                       {"spec", {{"type", "Normal"}, {"reason", ev.value("reason", "AgentEvent")},
+                       {"spec", {{"type", ev.value("type", "") == "Warning" ? "Warning" : "Normal"},
+                                 {"reason", ev.value("reason", "AgentEvent")},
                                  {"message", "node " + node + ": " + ev.value("message", "")},
                                  {"involvedObject", {{"kind", "Job"}, {"name", ev.value("job", "")}}}}}});
   }
@@ -972,7 +981,10 @@ json ControlPlane::AttemptJson(const Job& job, const Worker& w) const {
   for (const cluster::GpuShare& g : w.alloc.gpus) {
     json gj = {{"index", g.gpu}, {"milli", g.milli}};
     if (g.mem_mib) gj["memMiB"] = g.mem_mib;
-    if (g.mig_profile >= 0) gj["migStart"] = g.mig_start;
+    if (g.mig_profile >= 0) {
+      gj["migStart"] = g.mig_start;
+      gj["migProfile"] = s.mig_profile;
+    }
     gpus.push_back(gj);
   }
   return {{"attempt", w.attempt}, {"tenant", job.tenant}, {"job", job.name}, {"worker", index},

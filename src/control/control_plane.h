@@ -195,6 +195,7 @@ class ControlPlane {
   };
   struct Report {
     std::string node, attempt, state, message;
+    std::string reason;  // "GpuSetupFailed": the node could not set up its GPUs (not the job's fault)
     int exit_code = -1;
     double cpu_seconds = 0;
   };

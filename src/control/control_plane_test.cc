@@ -422,6 +422,58 @@ TEST_F(ControlPlaneTest, DrainRequeuesWithoutUsingARetry) {
   EXPECT_TRUE((*store_.Get({"Node", "", "a"}))["spec"]["unschedulable"].get<bool>());
 }
 
+TEST_F(ControlPlaneTest, GpuSetupFailureRequeuesWithoutUsingARetryWhateverThePolicy) {
+  std::string e = Register("a", 1);
+  // restartPolicy Never: a worker failure would fail the job; a node that could not set up its
+  // GPU must not.
+  Submit("j", {{"command", "x"}, {"restartPolicy", "Never"}, {"resources", {{"gpu", {{"count", 1}}}}}});
+  json as = Assigned("a", e);
+  ASSERT_EQ(as.size(), 1u);
+  const std::string a1 = as[0]["attempt"];
+  StatusOr<json> r = cp_->AgentReport(
+      "a", e,
+      {{"attempts", {{{"attempt", a1}, {"state", "Failed"}, {"exitCode", 127}, {"reason", "GpuSetupFailed"},
+                      {"message", "could not start: GPU 0: wipe failed: CUDA_ERROR_UNKNOWN"}}}},
+       {"events", {{{"type", "Warning"}, {"reason", "GpuSetupFailed"}, {"tenant", "nlp"}, {"job", "j"},
+                    {"message", "GPU 0: wipe failed"}}}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  json job = JobNow("j");
+  EXPECT_NE(job["status"]["phase"], "Failed") << job.dump();
+  EXPECT_EQ(job["status"]["failures"], 0) << job.dump();
+  EXPECT_EQ(job["status"]["attempt"], 2) << job.dump();
+  // Placed again (the only node): a new attempt.
+  as = Assigned("a", e);
+  ASSERT_EQ(as.size(), 1u) << job.dump();
+  EXPECT_NE(as[0]["attempt"], a1);
+  // The agent's event is recorded as the Warning it is.
+  StatusOr<store::ListResult> ev = store_.List({.kind = "Event", .tenant = "nlp"});
+  ASSERT_TRUE(ev.ok());
+  bool warned = false, requeued = false;
+  for (const json& o : ev->items) {
+    requeued |= o["spec"]["reason"] == "Requeued" &&
+                o["spec"]["message"].get<std::string>().find("wipe failed") != std::string::npos;
+    warned |= o["spec"]["reason"] == "GpuSetupFailed" && o["spec"]["type"] == "Warning" &&
+              o["spec"]["message"].get<std::string>().find("node a: GPU 0: wipe failed") == 0;
+  }
+  EXPECT_TRUE(warned);
+  EXPECT_TRUE(requeued);
+  // The same report without the reason is an ordinary worker failure: the job fails.
+  r = cp_->AgentReport("a", e, {{"attempts", {{{"attempt", as[0]["attempt"]}, {"state", "Failed"}, {"exitCode", 1}}}}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(JobNow("j")["status"]["phase"], "Failed");
+}
+
+TEST_F(ControlPlaneTest, MigAssignmentNamesTheProfileAndStartSlot) {
+  std::string e = Register("a", 1);
+  Submit("m", {{"command", "x"}, {"resources", {{"gpu", {{"profile", "3g.40gb"}}}}}});
+  json as = Assigned("a", e);
+  ASSERT_EQ(as.size(), 1u) << JobNow("m").dump();
+  ASSERT_EQ(as[0]["gpus"].size(), 1u);
+  EXPECT_EQ(as[0]["gpus"][0]["migProfile"], "3g.40gb");
+  const int start = as[0]["gpus"][0]["migStart"];
+  EXPECT_TRUE(start == 0 || start == 4) << as.dump();
+}
+
 TEST_F(ControlPlaneTest, EvictJobRequeuesThatJobAloneWithoutUsingARetry) {
   std::string e1 = Register("a", 2);
   Submit("move", {{"command", "x"}, {"resources", {{"gpu", {{"count", 1}}}}}});
