@@ -417,6 +417,7 @@ Prober HttpProber(std::chrono::milliseconds timeout) {
     http::Headers headers;
     if (!secret.empty()) headers.emplace_back("Authorization", "Bearer " + secret);
     StatusOr<http::ClientResponse> h = c.Send("GET", "/health", "", headers);
+    if (h.ok() && h->status == 401) p.secret_refused = true;
     if (!h.ok() || h->status != 200) return p;
     StatusOr<http::ClientResponse> m = c.Send("GET", "/metrics", "", headers);
     if (m.ok() && m->status == 200) p = ParseEngineMetrics(m->body);
@@ -696,16 +697,19 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
   // from before. The replica goes (a new one gets another port) and the port is left alone for a
   // while. A replica made before engines named their instance is checked by its model name.
   std::erase_if(current, [&](const Replica& r) {
-    if (r.url.empty() || !r.probe.healthy) return false;
-    if (CommandFlag(r.job, "--instance").empty()) {
+    if (r.url.empty() || (!r.probe.healthy && !r.probe.secret_refused)) return false;
+    if (r.probe.secret_refused) {
+      // Its secret is refused: nothing this controller started answers there.
+    } else if (CommandFlag(r.job, "--instance").empty()) {
       const std::string want = CommandFlag(r.job, "--served-model-name");
       if (r.probe.model.empty() || want.empty() || r.probe.model == want) return false;
     } else if (r.probe.instance == r.name) {
       return false;
     }
     const int port = std::atoi(Label(r.job, kPortLabel).c_str());
-    const std::string whose = r.probe.instance.empty() ? std::string("an engine that does not name its instance")
-                                                       : "engine instance '" + r.probe.instance + "'";
+    const std::string whose = r.probe.secret_refused  ? std::string("an engine that refuses the replica's secret")
+                              : r.probe.instance.empty() ? std::string("an engine that does not name its instance")
+                                                         : "engine instance '" + r.probe.instance + "'";
     spdlog::warn("deployment {}: replica {}: {} is answered by {}{} (another process holds port {}); replacing the "
                  "replica on another port",
                  key, r.name, r.url, whose, r.probe.model.empty() ? "" : " serving '" + r.probe.model + "'", port);

@@ -65,6 +65,9 @@ namespace aicloud::control {
 // What a probe of one replica found.
 struct ReplicaProbe {
   bool healthy = false;  // GET /health answered 200
+  // GET /health answered 401: the port is held by an engine that does not take this replica's
+  // secret (another replica's, or another server's), so not this replica's engine.
+  bool secret_refused = false;
   int running = 0;       // vllm:num_requests_running
   int waiting = 0;       // vllm:num_requests_waiting
   double kv_usage = 0;   // vllm:kv_cache_usage_perc

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <string>
 #include <tuple>
 
+#include "http/server.h"
 #include "store/memory_store.h"
 
 namespace aicloud::control {
@@ -395,6 +397,35 @@ TEST_F(DeploymentControllerTest, ReplicaSecretsReachProbesAndRoutesButNotTheStat
   size_t kept = 0;
   for (const std::string& s : now) kept += seen.count(s);
   EXPECT_EQ(kept, 1u) << "the replacement reused an old secret";
+}
+
+// The real prober presents the secret on /health and /metrics; a 401 tells the controller the
+// port's engine is not this replica's.
+TEST(HttpProberTest, PresentsTheSecretAndReportsARefusal) {
+  std::atomic<int> metrics_ok{0};
+  StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start({.worker_threads = 2}, [&](http::Request& r) {
+    if (r.HeaderView("authorization") != "Bearer right") return http::Response::Json(401, {{"error", "no"}});
+    if (r.path == "/metrics") {
+      ++metrics_ok;
+      return http::Response::Text(200, "vllm:num_requests_running{model_name=\"m\"} 3\n");
+    }
+    return http::Response::Json(200, {{"instance", "chat-r1"}});
+  });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string url = "http://127.0.0.1:" + std::to_string((*server)->port());
+  const Prober probe = HttpProber(std::chrono::milliseconds(2000));
+  ReplicaProbe p = probe(url, "right");
+  EXPECT_TRUE(p.healthy);
+  EXPECT_FALSE(p.secret_refused);
+  EXPECT_EQ(p.instance, "chat-r1");
+  EXPECT_EQ(p.running, 3);
+  EXPECT_EQ(metrics_ok.load(), 1);
+  for (const std::string& wrong : {std::string("wrong"), std::string()}) {
+    p = probe(url, wrong);
+    EXPECT_FALSE(p.healthy) << wrong;
+    EXPECT_TRUE(p.secret_refused) << wrong;
+  }
+  (*server)->Stop();
 }
 
 TEST(ReplicaSecretsTest, TheClusterKeyIsMadeOnceAndSharedByEveryServer) {
@@ -1000,25 +1031,33 @@ TEST_F(DeploymentControllerTest, APortAnsweredByAnotherEngineIsNotRoutedToAndNot
   EXPECT_NE(second, first) << "replaced";
   EXPECT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21001");
   EXPECT_EQ(Status()["readyReplicas"], 0);
-  for (const ServingEndpoint& e : dc_->Routes()[0].endpoints) EXPECT_FALSE(e.ready) << e.url;
+  const std::vector<ServingRoute> routes = dc_->Routes();
+  for (const ServingEndpoint& e : routes[0].endpoints) EXPECT_FALSE(e.ready) << e.url;
   // So is a port answered by something that names no instance.
   RunAll({.healthy = true, .instance = "-"});
   dc_->Turn();
   ASSERT_EQ(Replicas().size(), 1u);
-  EXPECT_NE(Replicas()[0]["metadata"]["name"], second);
+  const std::string third = Replicas()[0]["metadata"]["name"];
+  EXPECT_NE(third, second);
   EXPECT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21002");
+  // And one whose engine refuses the replica's secret (401: an engine started with another).
+  RunAll({.secret_refused = true});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  EXPECT_NE(Replicas()[0]["metadata"]["name"], third);
+  EXPECT_EQ(Replicas()[0]["metadata"]["labels"][kPortLabel], "21003");
 
-  // The new replica's own engine answers: ready and routed. 21000 and 21001 stay skipped.
+  // The new replica's own engine answers: ready and routed. 21000-21002 stay skipped.
   RunAll({.healthy = true, .model = "chat"});
   dc_->Turn();
   EXPECT_EQ(Status()["readyReplicas"], 1);
   ASSERT_EQ(dc_->Routes()[0].endpoints.size(), 1u);
-  EXPECT_EQ(dc_->Routes()[0].endpoints[0].url, "http://127.0.0.1:21002");
+  EXPECT_EQ(dc_->Routes()[0].endpoints[0].url, "http://127.0.0.1:21003");
   Apply({{"model", "/m"}, {"replicas", {{"min", 2}, {"max", 2}}}});
   dc_->Turn();
   std::set<std::string> ports;
   for (const json& j : Replicas()) ports.insert(j["metadata"]["labels"][kPortLabel].get<std::string>());
-  EXPECT_EQ(ports, (std::set<std::string>{"21002", "21003"}));
+  EXPECT_EQ(ports, (std::set<std::string>{"21003", "21004"}));
   // Ten minutes on, the held ports are handed out again.
   RunAll({.healthy = true, .model = "chat"});
   clock_.Advance(601'000'000);
@@ -1026,7 +1065,7 @@ TEST_F(DeploymentControllerTest, APortAnsweredByAnotherEngineIsNotRoutedToAndNot
   dc_->Turn();
   ports.clear();
   for (const json& j : Replicas()) ports.insert(j["metadata"]["labels"][kPortLabel].get<std::string>());
-  EXPECT_EQ(ports, (std::set<std::string>{"21000", "21002", "21003"}));
+  EXPECT_EQ(ports, (std::set<std::string>{"21000", "21003", "21004"}));
 }
 
 TEST_F(DeploymentControllerTest, AReplicaMadeBeforeEnginesNamedTheirInstanceIsCheckedByModel) {
