@@ -555,9 +555,10 @@ void ControlPlane::ApplyReports() {
         }
         job->dirty = true;
         if (r.state != "Succeeded") {
-          Event(*job, "Warning", "WorkerFailed",
+          const std::string reason = r.oom_killed ? "OOMKilled" : "WorkerFailed";
+          Event(*job, "Warning", reason,
                 "worker on " + w.node + " (attempt " + w.attempt + "): " + r.message);
-          EndAttempt(*job, "Killed", "WorkerFailed", "worker " + w.attempt + " " + r.message, true);
+          EndAttempt(*job, "Killed", reason, "worker " + w.attempt + " " + r.message, true);
           break;
         }
       }
@@ -932,6 +933,7 @@ StatusOr<json> ControlPlane::AgentReport(const std::string& node, const std::str
     r.exit_code = a.value("exitCode", -1);
     r.message = a.value("message", "");
     r.cpu_seconds = a.value("cpuSeconds", 0.0);
+    r.oom_killed = a.value("oomKilled", false);
     reports_.push_back(std::move(r));
   }
   // Events the agent saw (e.g. a GPU memory wipe between tenants), recorded in the tenant.
@@ -969,7 +971,7 @@ json ControlPlane::AttemptJson(const Job& job, const Worker& w) const {
   return {{"attempt", w.attempt}, {"tenant", job.tenant}, {"job", job.name}, {"worker", index},
           {"argv", s.argv}, {"env", env}, {"workingDir", s.working_dir},
           {"cpuMillis", w.alloc.cpu_milli}, {"memoryBytes", w.alloc.mem_mib << 20},
-          {"gpus", gpus}, {"graceSeconds", s.grace_seconds}};
+          {"gpus", gpus}, {"graceSeconds", s.grace_seconds}, {"isolation", s.isolation}};
 }
 
 StatusOr<json> ControlPlane::WaitAssignments(const std::string& node, const std::string& epoch,

@@ -192,6 +192,7 @@ class ControlPlane {
     std::string node, attempt, state, message;
     int exit_code = -1;
     double cpu_seconds = 0;
+    bool oom_killed = false;  // the agent saw its cgroup's OOM killer strike
   };
 
   void Loop();
