@@ -378,8 +378,12 @@ Supervisor::~Supervisor() {
   }
   cv_.notify_all();
   reaper_.join();
+  // A group empties only once its last killed process has exited: give stragglers a moment.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
   for (auto& [id, a] : attempts_) {
-    if (a.cgroup) a.cgroup->Remove();
+    while (a.cgroup && !a.cgroup->Remove() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(kPollInterval);
+    }
   }
 }
 
@@ -705,6 +709,9 @@ void Supervisor::Finish(Attempt& a, int wait_status, double cpu_seconds,
 void Supervisor::PollLocked(std::vector<ProcStatus>* events) {
   const auto now = Clock::now();
   for (auto& [id, a] : attempts_) {
+    if (a.status.state != ProcState::kRunning && a.cgroup && a.cgroup->Remove()) {
+      a.cgroup.reset();  // its last process has exited since Finish
+    }
     if (a.status.state != ProcState::kRunning || a.status.pid <= 0) continue;
     const auto pid = static_cast<pid_t>(a.status.pid);
     if (a.stop_requested && !a.kill_sent && now >= a.kill_at) {
