@@ -24,9 +24,11 @@ std::string ReadSmallFile(const std::string& path) {
   return ss.str();
 }
 
-// Writes `text` to an existing control file; 0 or an errno.
+// Writes `text` to a control file; 0 or an errno. (O_CREAT changes nothing on cgroupfs, where
+// the kernel made the file with the group or refuses to create one, and lets a test tree stand
+// in for it.)
 int WriteControl(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return errno;
   const ssize_t n = ::write(fd, text.data(), text.size());
   const int err = n < 0 ? errno : 0;
@@ -65,6 +67,30 @@ Status MakeDir(const std::string& dir) {
     return FailedPreconditionError("cannot create " + dir + ": " + Errno(errno));
   }
   return OkStatus();
+}
+
+// Makes a new group directory named `name` (or "name.1", "name.2", ... when taken: a group is
+// never shared with another supervisor, whose cleanup would kill our processes) under every one
+// of `roots`; returns the name used.
+StatusOr<std::string> MakeFreshGroup(const std::vector<std::string>& roots,
+                                     const std::string& name) {
+  for (int i = 0; i < 100; ++i) {
+    const std::string candidate = i == 0 ? name : name + "." + std::to_string(i);
+    size_t made = 0;
+    int err = 0;
+    for (; made < roots.size(); ++made) {
+      if (::mkdir((roots[made] + "/" + candidate).c_str(), 0755) != 0) {
+        err = errno;
+        break;
+      }
+    }
+    if (made == roots.size()) return candidate;
+    for (size_t j = 0; j < made; ++j) ::rmdir((roots[j] + "/" + candidate).c_str());
+    if (err != EEXIST) {
+      return InternalError("cgroup " + roots[made] + "/" + candidate + ": " + Errno(err));
+    }
+  }
+  return InternalError("cgroup " + roots[0] + "/" + name + ": 100 groups of that name exist");
 }
 
 Status WriteOrError(const std::string& path, const std::string& text) {
@@ -109,10 +135,9 @@ class V2Backend : public CgroupBackend {
   std::string Describe() const override { return "cgroup v2 at " + root_; }
   StatusOr<std::unique_ptr<AttemptCgroup>> Create(const std::string& name,
                                                   const CgroupLimits& limits) const override {
-    const std::string dir = root_ + "/" + name;
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-      return InternalError("cgroup " + dir + ": " + Errno(errno));
-    }
+    StatusOr<std::string> fresh = MakeFreshGroup({root_}, name);
+    if (!fresh.ok()) return fresh.status();
+    const std::string dir = root_ + "/" + *fresh;
     auto group = std::make_unique<V2Group>(dir);
     Status s = OkStatus();
     if (limits.cpu_millis > 0) {
@@ -189,14 +214,9 @@ class V1Backend : public CgroupBackend {
   }
   StatusOr<std::unique_ptr<AttemptCgroup>> Create(const std::string& name,
                                                   const CgroupLimits& limits) const override {
-    const std::string cpu = cpu_root_ + "/" + name, mem = memory_root_ + "/" + name;
-    for (const std::string& dir : {cpu, mem}) {
-      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-        const int err = errno;
-        ::rmdir(cpu.c_str());
-        return InternalError("cgroup " + dir + ": " + Errno(err));
-      }
-    }
+    StatusOr<std::string> fresh = MakeFreshGroup({cpu_root_, memory_root_}, name);
+    if (!fresh.ok()) return fresh.status();
+    const std::string cpu = cpu_root_ + "/" + *fresh, mem = memory_root_ + "/" + *fresh;
     auto group = std::make_unique<V1Group>(cpu, mem);
     Status s = OkStatus();
     if (limits.cpu_millis > 0) {

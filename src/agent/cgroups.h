@@ -64,7 +64,8 @@ class CgroupBackend {
   // "cgroup v2 at /sys/fs/cgroup/aicloud", "cgroup v1 at /sys/fs/cgroup/cpu,cpuacct/aicloud and
   // /sys/fs/cgroup/memory/aicloud".
   virtual std::string Describe() const = 0;
-  // Creates the group `name` (one path component) with `limits`. The error names the file that
+  // Creates a new group `name` (one path component; "name.1", ... when a group of that name
+  // exists, so two supervisors never share one) with `limits`. The error names the file that
   // could not be written.
   virtual StatusOr<std::unique_ptr<AttemptCgroup>> Create(const std::string& name,
                                                           const CgroupLimits& limits) const = 0;

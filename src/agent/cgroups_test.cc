@@ -72,28 +72,20 @@ ProcStatus WaitDone(const Supervisor& sup, const std::string& id,
   return last;
 }
 
-// A directory shaped like a cgroup v2 root and one attempt's group below it (the kernel would
-// create the group's files on mkdir; here the test does).
+// A directory shaped like a cgroup v2 root. (The kernel makes a group's files on mkdir; in this
+// tree the control files are plain files the backend writes and the test reads.)
 struct FakeV2 {
   FakeV2() {
     Put(tmp / "cgroup.controllers", "cpuset cpu io memory pids\n");
     Put(tmp / "cgroup.subtree_control", "");
-  }
-  void AddGroup(const std::string& name) {
-    const std::string g = tmp / name;
-    fs::create_directories(g);
-    for (const char* f : {"cpu.max", "memory.max", "memory.swap.max", "cgroup.procs", "cgroup.kill"}) {
-      Put(g + "/" + f, "");
-    }
-    Put(g + "/memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n");
-    Put(g + "/cpu.stat", "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n");
   }
   TempDir tmp;
 };
 
 TEST(CgroupV2, WritesLimitsJoinsAndReportsOomFromMemoryEvents) {
   FakeV2 fake;
-  fake.AddGroup("oom-1");
+  // Another supervisor's group of the same name is not shared (its cleanup would kill ours).
+  fs::create_directories(fake.tmp / "oom-1");
   StatusOr<std::unique_ptr<CgroupBackend>> v2 = OpenCgroupV2(fake.tmp.path());
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ(Slurp(fake.tmp / "cgroup.subtree_control"), "+cpu +memory");
@@ -107,13 +99,14 @@ TEST(CgroupV2, WritesLimitsJoinsAndReportsOomFromMemoryEvents) {
   spec.cpu_millis = 200;
   spec.memory_bytes = int64_t{64} << 20;
   ASSERT_TRUE(sup.Start(spec).ok());
-  const std::string group = fake.tmp / "oom-1";
+  const std::string group = fake.tmp / "oom-1.1";
+  EXPECT_TRUE(fs::is_empty(fake.tmp / "oom-1"));
   EXPECT_EQ(Slurp(group + "/cpu.max"), "20000 100000");
   EXPECT_EQ(Slurp(group + "/memory.max"), "67108864");
-  EXPECT_EQ(Slurp(group + "/memory.swap.max"), "0");
   EXPECT_EQ(Slurp(group + "/cgroup.procs"), std::to_string(sup.Get("oom-1")->pid));
 
   // The kernel's OOM killer strikes: memory.events' oom_kill goes up, the process dies of SIGKILL.
+  Put(group + "/cpu.stat", "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n");
   Put(group + "/memory.events", "low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n");
   Put(go, "");
   ProcStatus s = WaitDone(sup, "oom-1");
@@ -126,7 +119,6 @@ TEST(CgroupV2, WritesLimitsJoinsAndReportsOomFromMemoryEvents) {
 
 TEST(CgroupV2, AnOrdinaryEndIsNoOom) {
   FakeV2 fake;
-  fake.AddGroup("ok-1");
   StatusOr<std::unique_ptr<CgroupBackend>> v2 = OpenCgroupV2(fake.tmp.path());
   ASSERT_TRUE(v2.ok()) << v2.status();
   Supervisor sup(std::move(*v2), "");
@@ -142,9 +134,12 @@ TEST(CgroupV2, AnOrdinaryEndIsNoOom) {
 
 TEST(CgroupV2, AGroupThatCannotBeMadeFailsTheAttemptNamingTheFile) {
   FakeV2 fake;
-  fs::create_directories(fake.tmp / "nolimits");  // no cpu.max: the write fails
-  StatusOr<std::unique_ptr<CgroupBackend>> v2 = OpenCgroupV2(fake.tmp.path());
-  ASSERT_TRUE(v2.ok());
+  const std::string root = fake.tmp / "gone";
+  fs::create_directories(root);
+  Put(root + "/cgroup.controllers", "cpu memory\n");
+  StatusOr<std::unique_ptr<CgroupBackend>> v2 = OpenCgroupV2(root);
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  fs::remove_all(root);  // the hierarchy went away under the agent
   Supervisor sup(std::move(*v2), "");
   ProcessSpec spec;
   spec.attempt_id = "nolimits";
@@ -153,8 +148,7 @@ TEST(CgroupV2, AGroupThatCannotBeMadeFailsTheAttemptNamingTheFile) {
   ASSERT_TRUE(sup.Start(spec).ok());
   ProcStatus s = *sup.Get("nolimits");
   EXPECT_EQ(s.state, ProcState::kFailed);
-  EXPECT_EQ(s.message, "could not start: cgroup " + fake.tmp / "nolimits/cpu.max" +
-                           ": No such file or directory");
+  EXPECT_EQ(s.message, "could not start: cgroup " + root + "/nolimits: No such file or directory");
 }
 
 TEST(CgroupV2, RefusesWhatIsNotAV2Hierarchy) {

@@ -244,7 +244,7 @@ struct ChildArgs {
   ::setsid();  // new session and process group: pgid == pid
 
   for (const char* const* procs = c.cgroup_procs; *procs != nullptr; ++procs) {
-    const int fd = ::open(*procs, O_WRONLY | O_CLOEXEC);
+    const int fd = ::open(*procs, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);  // see WriteControl
     if (fd < 0) ChildFail(err_fd, kStageCgroup, errno);
     int err = 0;
     WritePid(fd, ::getpid(), &err);
