@@ -13,6 +13,8 @@ for tool in curl jq sqlite3 pgrep; do
 done
 
 tmp=$(mktemp -d /tmp/aicloud-e2e.XXXXXX)
+# Agents run jobs and replicas as sandbox uids (not root): they must pass through $tmp.
+chmod 755 "$tmp"
 tag=$((RANDOM % 90000 + 10000))   # makes this run's sleep processes unique: sleep 6N.<tag>
 pids=()
 cleanup() {
@@ -84,6 +86,7 @@ start_agent() {  # start_agent INDEX TOKEN: sets agent_pid[INDEX]
 # 1. server + two agents; both nodes Ready.
 c=1-cluster-up
 mkdir -p "$tmp/shared"
+chmod 1777 "$tmp/shared"  # shared storage the tenants' sandbox uids write to
 if ! start_server "$tmp/server1.log"; then
   fail $c "server did not start: $(cat "$tmp/server1.log")"
   exit 1

@@ -17,6 +17,8 @@ for tool in curl jq xargs; do
   command -v "$tool" >/dev/null || { echo "FAIL prerequisites: $tool not found"; exit 1; }
 done
 tmp=$(mktemp -d /tmp/aicloud-deploy.XXXXXX)
+# Agents run jobs and replicas as sandbox uids (not root): they must pass through $tmp.
+chmod 755 "$tmp"
 up_pid=
 cleanup() {
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null

@@ -19,6 +19,8 @@ for tool in curl jq xargs; do
   command -v "$tool" >/dev/null || { echo "FAIL prerequisites: $tool not found"; exit 1; }
 done
 tmp=$(mktemp -d /tmp/aicloud-gwlink.XXXXXX)
+# Agents run jobs and replicas as sandbox uids (not root): they must pass through $tmp.
+chmod 755 "$tmp"
 up_pid=
 gw_pids=()
 stop_pid() {

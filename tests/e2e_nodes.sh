@@ -16,6 +16,8 @@ for tool in jq curl; do
   command -v "$tool" >/dev/null || { echo "FAIL prerequisites: $tool not found"; exit 1; }
 done
 tmp=$(mktemp -d /tmp/aicloud-nodes.XXXXXX)
+# Agents run jobs and replicas as sandbox uids (not root): they must pass through $tmp.
+chmod 755 "$tmp"
 up_pid=
 cleanup() {
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null

@@ -13,6 +13,8 @@ for tool in curl jq; do
   command -v "$tool" >/dev/null || { echo "FAIL prerequisites: $tool not found"; exit 1; }
 done
 tmp=$(mktemp -d /tmp/aicloud-updemo.XXXXXX)
+# Agents run jobs and replicas as sandbox uids (not root): they must pass through $tmp.
+chmod 755 "$tmp"
 up_pid=
 cleanup() {
   [ -n "$up_pid" ] && kill -TERM "$up_pid" 2>/dev/null

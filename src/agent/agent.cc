@@ -6,8 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <utility>
@@ -154,6 +158,65 @@ int Agent::registrations() const {
   return registrations_;
 }
 
+std::string Agent::sandbox_status() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return sandbox_status_;
+}
+
+Status Agent::SetUpSandbox() {
+  const fs::path work(options_.work_dir);
+  // The log dir stays the agent's alone, sandbox or not: logs are opened by the agent.
+  ::chmod((work / "logs").c_str(), 0700);
+  if (!options_.sandbox) {
+    sandbox_status_ = "off: disabled by the operator; attempts run as uid " +
+                      std::to_string(::geteuid()) + ", unisolated";
+    spdlog::warn("agent: sandbox {}", sandbox_status_);
+    return OkStatus();
+  }
+  if (::geteuid() != 0) {
+    sandbox_status_ = "off: the agent is not root (uid " + std::to_string(::geteuid()) +
+                      ") and cannot switch uids; attempts run as uid " +
+                      std::to_string(::geteuid());
+    spdlog::warn("agent: sandbox {}", sandbox_status_);
+    return OkStatus();
+  }
+  StatusOr<UidRange> range = ParseUidRange(options_.sandbox_uids);
+  if (!range.ok()) return range.status();
+  for (const fs::path& d : {work, work / "attempts", work / "checkpoints"}) {
+    if (::chmod(d.c_str(), 0711) != 0) {
+      return InternalError("sandbox: chmod 0711 " + d.string() + ": " + std::strerror(errno));
+    }
+  }
+  AICLOUD_RETURN_IF_ERROR(CheckReachable((work / "attempts").string(), range->first));
+  AICLOUD_RETURN_IF_ERROR(CheckReachable((work / "checkpoints").string(), range->first));
+  const std::string map = options_.sandbox_uid_map.empty()
+                              ? (work / "sandbox-uids.json").string()
+                              : options_.sandbox_uid_map;
+  StatusOr<std::unique_ptr<TenantUids>> uids = TenantUids::Open(map, *range);
+  if (!uids.ok()) return uids.status();
+  uids_ = std::move(*uids);
+  sandbox_status_ = "on: tenants run as uids of " + range->ToString() + " (" +
+                    std::to_string(kUidsPerTenant) + " per tenant, map " + map + ")";
+  spdlog::info("agent: sandbox {}", sandbox_status_);
+  return OkStatus();
+}
+
+Status Agent::SandboxAttemptLocked(const std::string& tenant, ProcessSpec* spec) {
+  StatusOr<uint32_t> uid = uids_->UidOf(PathComponent(tenant));
+  if (!uid.ok()) return uid.status();
+  const fs::path work(options_.work_dir);
+  const fs::path ckpt = spec->env["AICLOUD_CHECKPOINT_DIR"];
+  AICLOUD_RETURN_IF_ERROR(MakePrivateDir(ckpt.parent_path().string(), *uid));
+  AICLOUD_RETURN_IF_ERROR(MakePrivateDir(ckpt.string(), *uid));
+  // Only the attempt dir the agent chose is made the tenant's; a workingDir the job names must
+  // already be reachable by the tenant uid.
+  if (fs::path(spec->working_dir).parent_path() == work / "attempts") {
+    AICLOUD_RETURN_IF_ERROR(MakePrivateDir(spec->working_dir, *uid));
+  }
+  spec->sandbox.uid = *uid;
+  return OkStatus();
+}
+
 int Agent::running() const {
   std::lock_guard<std::mutex> l(mu_);
   if (!sup_) return 0;
@@ -171,9 +234,13 @@ bool Agent::SleepFor(milliseconds d) {
 StatusOr<Agent::Registration> Agent::RegisterOnce(http::Client& client, bool* retryable) {
   *retryable = true;
   json body = {{"spec", options_.node_spec}};
-  if (gpus_ && body["spec"].is_object()) {
-    if (json foreign = gpus_->ForeignInstances(); !foreign.empty()) {
-      body["spec"]["foreignMigInstances"] = std::move(foreign);
+  if (body["spec"].is_object()) {
+    body["spec"]["sandbox"] = sandbox_status_;
+    body["spec"]["cgroups"] = cgroup_status_;
+    if (gpus_) {
+      if (json foreign = gpus_->ForeignInstances(); !foreign.empty()) {
+        body["spec"]["foreignMigInstances"] = std::move(foreign);
+      }
     }
   }
   StatusOr<http::ClientResponse> r =
@@ -229,6 +296,10 @@ Status Agent::Start() {
     for (json& e : events) pending_events_.push_back(std::move(e));
     gpus_ = std::move(gpus);
   }
+  AICLOUD_RETURN_IF_ERROR(SetUpSandbox());
+  auto sup = std::make_unique<Supervisor>(options_.cgroup_root);
+  cgroup_status_ = sup->cgroup_status();
+  spdlog::info("agent: {}", cgroup_status_);
   http::Client client(options_.server_url, options_.tls);
   const auto deadline = std::chrono::steady_clock::now() + options_.register_deadline;
   milliseconds backoff = kInitialBackoff;
@@ -267,8 +338,6 @@ Status Agent::Start() {
       spdlog::info("agent: no GPU metrics: {}", nvml.status().ToString());
     }
   }
-  auto sup = std::make_unique<Supervisor>(options_.cgroup_root);
-  spdlog::info("agent: {}", sup->cgroup_status());
   sup->SetListener([this](const ProcStatus&) {
     {
       std::lock_guard<std::mutex> l(wake_mu_);
@@ -550,8 +619,14 @@ void Agent::StartAttemptLocked(const json& a) {
   spec.memory_bytes = a.value("memoryBytes", int64_t{0});
   spec.term_grace = std::chrono::seconds(a.value("graceSeconds", int64_t{10}));
   local.log_path = spec.log_path;
+  const std::string isolation = a.value("isolation", "none");
+  spec.sandbox.isolate_network = isolation == "network";
 
-  Status s = sup_->Start(spec);
+  Status s = isolation == "none" || isolation == "network"
+                 ? OkStatus()
+                 : InvalidArgumentError("unknown isolation \"" + isolation + "\"");
+  if (s.ok() && uids_) s = SandboxAttemptLocked(local.tenant, &spec);
+  if (s.ok()) s = sup_->Start(spec);
   if (!s.ok()) {
     spdlog::error("agent: cannot start attempt {}: {}", id, s.ToString());
     local.start_error = s.ToString();
@@ -692,6 +767,7 @@ void Agent::ReportLoop() {
         attempts.push_back({{"attempt", id}, {"state", ProcStateName(st->state)},
                             {"exitCode", st->exit_code}, {"message", st->message},
                             {"cpuSeconds", st->cpu_seconds}});
+        if (st->oom_killed) attempts.back()["oomKilled"] = true;
         if (st->state != ProcState::kRunning) terminal.push_back(id);
       }
       events = std::move(pending_events_);

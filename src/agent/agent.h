@@ -54,6 +54,19 @@
 // first registration; MIG instances this agent did not create are listed in the registered spec
 // as "foreignMigInstances".
 //
+// Sandbox (sandbox.h), on by default when the agent runs as root: each tenant gets a block of
+// uids from `sandbox_uids` the first time it runs here (the map lives in
+// <work_dir>/sandbox-uids.json and survives restarts; a corrupt one fails Start), and its
+// attempts run as the block's first uid (all jobs of one tenant share it). Dirs:
+//   <work_dir>, attempts/, checkpoints/           root, 0711 (the tenant uids pass through)
+//   attempts/<id>, checkpoints/<tenant>[/<job>]   the tenant uid, 0700
+//   logs/                                         root, 0700 (the agent hands the log fd over)
+// Start fails when a parent of work_dir is not searchable by others, naming it. An assignment's
+// "isolation": "network" gives the attempt its own network namespace with only loopback. Not
+// root: attempts run as the agent's uid and the registered spec's "sandbox" says so; with
+// sandbox = false (an operator's opt-out) attempts run as the agent, unisolated. The registered
+// spec also carries "cgroups": the Supervisor's cgroup_status().
+//
 // Thread-safe.
 #pragma once
 
@@ -93,8 +106,16 @@ struct AgentOptions {
   // How long Start keeps retrying registration while the server is unreachable (or answers
   // 5xx / malformed JSON) before it gives up with UNAVAILABLE.
   std::chrono::milliseconds register_deadline{10000};
-  // Passed to the Supervisor ("" tries /sys/fs/cgroup/aicloud).
+  // Passed to the Supervisor ("" detects cgroup v2 or v1).
   std::string cgroup_root;
+  // Run attempts in the tenant sandbox when root (false: unisolated, as the agent's uid).
+  bool sandbox = true;
+  // The uids tenants get: "FIRST-LAST", cut into blocks of kUidsPerTenant; must not include 0
+  // or any /etc/passwd user.
+  std::string sandbox_uids = "200000-299999";
+  // The tenant -> uid block map ("" = <work_dir>/sandbox-uids.json). Agents that share a host
+  // (aicloud up's simulated nodes) must share one map, or two tenants could get one uid.
+  std::string sandbox_uid_map;
   // Try NVML for GPU metrics in the heartbeat.
   bool gpu_metrics = true;
   // GPU isolation (gpu_isolation.h): library paths (default the real sonames), the wipe helper's
@@ -134,6 +155,8 @@ class Agent {
   int running() const;
   // How many times the node registered (1 after Start; +1 per re-registration).
   int registrations() const;
+  // "on: ...", "off: ..." (set by Start; also registered as the node spec's "sandbox").
+  std::string sandbox_status() const;
 
  private:
   struct Local {
@@ -154,6 +177,10 @@ class Agent {
   };
 
   StatusOr<Registration> RegisterOnce(http::Client& client, bool* retryable);
+  // Sets up the work dirs' modes and the uid map (when sandboxing) and sandbox_status_.
+  Status SetUpSandbox();
+  // Gives the attempt its tenant's uid and private dirs. REQUIRES: mu_ held, uids_ set.
+  Status SandboxAttemptLocked(const std::string& tenant, ProcessSpec* spec);
   // Registers again unless another thread already did since `seen_epoch`; retries until it
   // works or the agent stops. Then stops and orphans every local attempt.
   void Reregister(http::Client& client, const std::string& seen_epoch);
@@ -173,6 +200,9 @@ class Agent {
   const AgentOptions options_;
   std::unique_ptr<Supervisor> sup_;
   std::unique_ptr<GpuDiscovery> nvml_;
+  std::unique_ptr<TenantUids> uids_;  // null: attempts run as the agent
+  std::string sandbox_status_;        // written by Start before any thread reads it
+  std::string cgroup_status_;
 
   mutable std::mutex mu_;
   std::string epoch_, instance_;

@@ -1,6 +1,8 @@
 // Agent against an in-memory fake of the control plane's four agent endpoints.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -35,6 +37,8 @@ class WorkDir {
   WorkDir() {
     std::string tmpl = (fs::temp_directory_path() / "agent_loop_test.XXXXXX").string();
     path_ = ::mkdtemp(tmpl.data());
+    // mkdtemp makes it 0700; the sandbox uids must pass through it to their dirs.
+    ::chmod(path_.c_str(), 0711);
   }
   ~WorkDir() {
     std::error_code ec;
@@ -280,7 +284,14 @@ TEST_F(AgentLoopTest, RegistersWithNodeSpecAndReportsMetrics) {
   ASSERT_EQ(cp.registrations(), 1);
   json want = Options().node_spec;
   want["address"] = "127.0.0.1";  // added: where the server reaches this node (loopback here)
+  want["sandbox"] = agent->sandbox_status();  // what isolates tenants here, for the operator
+  want["cgroups"] = cp.specs[0]["cgroups"];
   EXPECT_EQ(cp.specs[0], want);
+  EXPECT_EQ(agent->sandbox_status().rfind(::geteuid() == 0 ? "on: " : "off: ", 0), 0u)
+      << agent->sandbox_status();
+  const std::string cgroups = cp.specs[0]["cgroups"].get<std::string>();
+  EXPECT_TRUE(cgroups.rfind("cgroup v", 0) == 0 || cgroups.rfind("no cgroup limits: ", 0) == 0)
+      << cgroups;
   ASSERT_TRUE(WaitFor([&] { return cp.ReportCount() >= 2; }));  // heartbeat repeats
   std::lock_guard<std::mutex> l(cp.mu);
   EXPECT_TRUE(cp.reports[0]["metrics"]["host"].contains("node_memory_MemTotal_bytes"))
@@ -335,8 +346,8 @@ TEST_F(AgentLoopTest, StopListKillsAttempt) {
 
 TEST_F(AgentLoopTest, AttemptIsNeverStartedTwice) {
   StartAgent();
-  const std::string marker = dir.path() + "/marker";
-  const json a = Attempt("a1", "echo run >> " + marker);
+  const std::string marker = dir.path() + "/checkpoints/t/j/marker";
+  const json a = Attempt("a1", "echo run >> \"$AICLOUD_CHECKPOINT_DIR/marker\"");
   cp.SetDesired({a});
   ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
   // Still desired: reported again, not re-run.
@@ -529,6 +540,166 @@ TEST(AgentStartTest, RefusedRegistrationFailsAtOnce) {
   Status s = agent.Start();
   EXPECT_EQ(s.code(), StatusCode::kUnauthenticated) << s;
   EXPECT_LT(SteadyClock::now() - t0, milliseconds(1000));
+}
+
+// ---- the tenant sandbox, through the agent (root: these machines run agents as root) ----------
+
+int ExitCode(const json& report) { return report.is_null() ? -1 : report.value("exitCode", -1); }
+
+TEST_F(AgentLoopTest, TenantsRunUnderTheirOwnUidsAndCannotReadEachOther) {
+  ASSERT_EQ(::geteuid(), 0u) << "the sandbox needs a root agent";
+  StartAgent();
+  // Tenant A writes a checkpoint and waits; tenant B, running meanwhile, tries to read it.
+  json a = Attempt("a1",
+                   "id -u; echo secret > \"$AICLOUD_CHECKPOINT_DIR/model.bin\" && "
+                   "echo saved; while [ ! -e \"$HOME/done\" ]; do sleep 0.02; done",
+                   json::array(), "tenant-a", "train");
+  cp.SetDesired({a});
+  ASSERT_TRUE(WaitFor([&] { return cp.Log("a1").find("saved\n") != std::string::npos; }))
+      << cp.Log("a1");
+  const std::string a_ckpt = dir.path() + "/checkpoints/tenant-a/train";
+  const std::string a_work = dir.path() + "/attempts/a1";
+  json b = Attempt("b1",
+                   "id -u; ls " + a_ckpt + " 2>&1; cat " + a_ckpt + "/model.bin 2>&1; ls " +
+                       a_work + " 2>&1; ls " + dir.path() + "/logs 2>&1; echo end",
+                   json::array(), "tenant-b", "steal");
+  cp.SetDesired({a, b});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("b1")["state"] == "Succeeded"; }))
+      << cp.LastReport("b1");
+  const std::string a_uid = cp.Log("a1").substr(0, cp.Log("a1").find('\n'));
+  const std::string b_log = cp.Log("b1");
+  const std::string b_uid = b_log.substr(0, b_log.find('\n'));
+  EXPECT_NE(a_uid, "0");
+  EXPECT_NE(b_uid, "0");
+  EXPECT_NE(a_uid, b_uid);
+  EXPECT_GE(std::stoul(a_uid), 200000u);
+  EXPECT_GE(std::stoul(b_uid), 200000u);
+  EXPECT_EQ(b_log.find("secret"), std::string::npos) << b_log;
+  EXPECT_EQ(b_log, b_uid + "\nls: cannot access '" + a_ckpt + "': Permission denied\n" +
+                       "cat: " + a_ckpt + "/model.bin: Permission denied\n" +
+                       "ls: cannot open directory '" + a_work + "': Permission denied\n" +
+                       "ls: cannot open directory '" + dir.path() + "/logs': Permission denied\n" +
+                       "end\n");
+  // The dirs are the tenant's, private.
+  struct stat st {};
+  ASSERT_EQ(::stat(a_ckpt.c_str(), &st), 0);
+  EXPECT_EQ(std::to_string(st.st_uid), a_uid);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat((dir.path() + "/checkpoints/tenant-a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat(a_work.c_str(), &st), 0);
+  EXPECT_EQ(std::to_string(st.st_uid), a_uid);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat((dir.path() + "/logs").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  std::ofstream(a_work + "/done") << "";
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
+}
+
+TEST_F(AgentLoopTest, NetworkIsolationIsPerJob) {
+  ASSERT_EQ(::geteuid(), 0u);
+  // The host's 127.0.0.1: the fake control plane itself listens there.
+  const std::string port = cp.url().substr(cp.url().rfind(':') + 1);
+  const std::string cmd = "bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + port + "' && echo connected";
+  json open = Attempt("open", cmd);
+  json isolated = Attempt("isolated", cmd);
+  isolated["isolation"] = "network";
+  json unknown = Attempt("unknown", cmd);
+  unknown["isolation"] = "host";
+  StartAgent();
+  cp.SetDesired({open, isolated, unknown});
+  ASSERT_TRUE(WaitFor([&] {
+    return !cp.LastReport("open").is_null() && cp.LastReport("open")["state"] != "Running" &&
+           !cp.LastReport("isolated").is_null() && cp.LastReport("isolated")["state"] != "Running" &&
+           !cp.LastReport("unknown").is_null();
+  }));
+  EXPECT_EQ(ExitCode(cp.LastReport("open")), 0) << cp.Log("open");
+  EXPECT_EQ(cp.Log("open"), "connected\n");
+  EXPECT_EQ(ExitCode(cp.LastReport("isolated")), 1) << cp.Log("isolated");
+  EXPECT_NE(cp.Log("isolated").find("Connection refused"), std::string::npos) << cp.Log("isolated");
+  EXPECT_EQ(cp.LastReport("unknown")["state"], "Failed");
+  EXPECT_NE(cp.LastReport("unknown")["message"].get<std::string>().find("unknown isolation \"host\""),
+            std::string::npos)
+      << cp.LastReport("unknown");
+}
+
+TEST_F(AgentLoopTest, AgentSecretsDoNotReachJobs) {
+  ::setenv("AICLOUD_AGENT_TEST_SECRET", "s3cr3t", 1);
+  StartAgent();
+  cp.SetDesired({Attempt("env", "env | sort")});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("env")["state"] == "Succeeded"; }));
+  ::unsetenv("AICLOUD_AGENT_TEST_SECRET");
+  const std::string log = cp.Log("env");
+  EXPECT_EQ(log.find("s3cr3t"), std::string::npos) << log;
+  EXPECT_NE(log.find("HOME=" + dir.path() + "/attempts/env\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("AICLOUD_JOB=j\n"), std::string::npos) << log;
+}
+
+TEST_F(AgentLoopTest, TheUidMapSurvivesARestart) {
+  ASSERT_EQ(::geteuid(), 0u);
+  StartAgent();
+  cp.SetDesired({Attempt("x1", "id -u", json::array(), "zeta"),
+                 Attempt("y1", "id -u", json::array(), "alpha")});
+  ASSERT_TRUE(WaitFor([&] {
+    return cp.LastReport("x1")["state"] == "Succeeded" && cp.LastReport("y1")["state"] == "Succeeded";
+  }));
+  const std::string zeta = cp.Log("x1"), alpha = cp.Log("y1");
+  EXPECT_NE(zeta, alpha);
+  agent.reset();
+  // A new agent on the same work dir: tenants keep their uids, whatever order they come in.
+  cp.SetDesired(json::array());
+  StartAgent();
+  cp.SetDesired({Attempt("y2", "id -u", json::array(), "alpha"),
+                 Attempt("x2", "id -u", json::array(), "zeta")});
+  ASSERT_TRUE(WaitFor([&] {
+    return cp.LastReport("x2")["state"] == "Succeeded" && cp.LastReport("y2")["state"] == "Succeeded";
+  }));
+  EXPECT_EQ(cp.Log("x2"), zeta);
+  EXPECT_EQ(cp.Log("y2"), alpha);
+}
+
+TEST_F(AgentLoopTest, ACorruptUidMapFailsStart) {
+  ASSERT_EQ(::geteuid(), 0u);
+  std::ofstream(dir.path() + "/sandbox-uids.json") << "{\"range\": \"200000-29";
+  Agent a(Options());
+  Status s = a.Start();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(std::string(s.message()).find("sandbox uid map " + dir.path() + "/sandbox-uids.json is corrupt"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(cp.registrations(), 0);
+}
+
+TEST_F(AgentLoopTest, AWorkDirTheSandboxCannotReachFailsStartNamingTheDirectory) {
+  ASSERT_EQ(::geteuid(), 0u);
+  ::chmod(dir.path().c_str(), 0700);
+  AgentOptions o = Options();
+  o.work_dir = dir.path() + "/agents/n1";
+  Agent a(o);
+  Status s = a.Start();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(std::string(s.message()).find("sandbox: uid 200000 cannot reach " + o.work_dir +
+                                          "/attempts: " + dir.path() + " is mode 0700"),
+            std::string::npos)
+      << s;
+  // The operator's opt-out runs attempts unisolated, and says so.
+  o.sandbox = false;
+  Agent unisolated(o);
+  ASSERT_TRUE(unisolated.Start().ok());
+  EXPECT_EQ(unisolated.sandbox_status().rfind("off: disabled by the operator", 0), 0u)
+      << unisolated.sandbox_status();
+  EXPECT_EQ(cp.specs.back()["sandbox"], unisolated.sandbox_status());
+}
+
+TEST_F(AgentLoopTest, AUidRangeWithAnAccountInItFailsStart) {
+  ASSERT_EQ(::geteuid(), 0u);
+  AgentOptions o = Options();
+  o.sandbox_uids = "0-99999";
+  Agent a(o);
+  Status s = a.Start();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(std::string(s.message()).find("uid 0 (root)"), std::string::npos) << s;
 }
 
 }  // namespace

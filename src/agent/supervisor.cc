@@ -1,12 +1,17 @@
 #include "agent/supervisor.h"
 
 #include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +41,10 @@ enum ChildStage : int {
   kStageChdir = 3,
   kStageExec = 4,
   kStageFork = 5,
+  kStageNetwork = 6,
+  kStageLimits = 7,
+  kStageCredentials = 8,
+  kStageNoNewPrivs = 9,
 };
 struct ChildError {
   int stage;
@@ -55,32 +64,21 @@ std::string FormatGrace(std::chrono::milliseconds grace) {
   return std::to_string(ms) + "ms";
 }
 
-// Reads a small file whole; "" when it cannot be read.
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Writes `text` to an existing file (cgroup control files); 0 or an errno.
-int WriteControl(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  const int err = n < 0 ? errno : 0;
-  ::close(fd);
-  return err;
-}
-
-bool HasWord(const std::string& text, const std::string& word) {
-  std::istringstream in(text);
-  std::string w;
-  while (in >> w) {
-    if (w == word) return true;
+// The attempt id as one cgroup directory name.
+std::string CgroupName(const std::string& attempt_id) {
+  std::string leaf;
+  for (char ch : attempt_id) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                    ch == '.';
+    leaf += ok ? ch : '_';
   }
-  return false;
+  if (leaf == "." || leaf == "..") leaf = "_" + leaf;
+  return leaf;
+}
+
+std::string MiB(int64_t bytes) {
+  if (bytes % (1 << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  return std::to_string(bytes) + " bytes";
 }
 
 // Async-signal-safe helpers for the child between fork and exec.
@@ -91,18 +89,58 @@ bool HasWord(const std::string& text, const std::string& word) {
   ::_exit(127);
 }
 
-void CloseFrom(int first, int keep) {
-  // Close everything >= first except `keep` (which is CLOEXEC and closes at exec).
-  if (keep > first) {
-    if (::close_range(static_cast<unsigned>(first), static_cast<unsigned>(keep - 1), 0) != 0) {
-      for (int fd = first; fd < keep; ++fd) ::close(fd);
-    }
-  }
-  if (::close_range(static_cast<unsigned>(keep + 1), ~0U, 0) != 0) {
+void CloseRange(int first, int last) {  // inclusive; last < 0: to the end
+  if (last >= 0 && last < first) return;
+  const unsigned hi = last < 0 ? ~0U : static_cast<unsigned>(last);
+  if (::close_range(static_cast<unsigned>(first), hi, 0) != 0) {
     long max = ::sysconf(_SC_OPEN_MAX);
     if (max < 0 || max > 65536) max = 65536;
-    for (int fd = keep + 1; fd < max; ++fd) ::close(fd);
+    if (last >= 0 && last < max) max = last + 1;
+    for (int fd = first; fd < max; ++fd) ::close(fd);
   }
+}
+
+void CloseFrom(int first, int keep1, int keep2) {
+  // Close everything >= first except the kept ones (CLOEXEC, they close at exec; -1 = none).
+  int lo = keep1, hi = keep2;
+  if (lo > hi) std::swap(lo, hi);
+  if (lo < first) lo = -1;
+  if (hi < first) hi = -1;
+  int next = first;
+  for (int keep : {lo, hi}) {
+    if (keep < 0) continue;
+    CloseRange(next, keep - 1);
+    next = keep + 1;
+  }
+  CloseRange(next, -1);
+}
+
+// Brings the loopback interface of the current network namespace up.
+int LoopbackUp() {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  struct ifreq ifr {};
+  ::memcpy(ifr.ifr_name, "lo", 3);
+  int err = 0;
+  if (::ioctl(fd, SIOCGIFFLAGS, &ifr) != 0) {
+    err = errno;
+  } else {
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+    if (::ioctl(fd, SIOCSIFFLAGS, &ifr) != 0) err = errno;
+  }
+  ::close(fd);
+  return err;
+}
+
+void WritePid(int fd, long pid, int* err) {
+  char buf[24], rev[24];
+  int n = 0;
+  do {
+    rev[n++] = static_cast<char>('0' + pid % 10);
+    pid /= 10;
+  } while (pid > 0);
+  for (int i = 0; i < n; ++i) buf[i] = rev[n - 1 - i];
+  if (::write(fd, buf, static_cast<size_t>(n)) < 0) *err = errno;
 }
 
 // The guardian: the process-group leader of an attempt that must die with its agent. It ignores
@@ -166,13 +204,19 @@ struct ChildArgs {
   int null_fd;
   int log_fd;
   int err_fd;
+  int exe_fd;                // >= 0: exec this descriptor (the agent's own binary) instead
   const char* working_dir;   // nullptr: stay
-  const char* cgroup_procs;  // nullptr: no cgroup
+  const char* const* cgroup_procs;  // nullptr-terminated; may be empty
   char* const* argv;
   char* const* envp;
   const std::vector<std::string>* candidates;
   pid_t parent_pid;  // the agent, for the death-signal race check
   bool die_with_parent;
+  bool isolate_network;
+  bool set_uid;
+  uid_t uid;
+  bool no_new_privs;
+  rlim_t max_open_files;  // 0: leave
 };
 
 [[noreturn]] void ChildExec(const ChildArgs& c) {
@@ -182,6 +226,8 @@ struct ChildArgs {
   const int null_fd = ::fcntl(c.null_fd, F_DUPFD, 3);
   const int log_fd = ::fcntl(c.log_fd, F_DUPFD, 3);
   if (null_fd < 0 || log_fd < 0) ChildFail(err_fd, kStageFds, errno);
+  const int exe_fd = c.exe_fd < 0 ? -1 : ::fcntl(c.exe_fd, F_DUPFD_CLOEXEC, 3);
+  if (c.exe_fd >= 0 && exe_fd < 0) ChildFail(err_fd, kStageFds, errno);
 
   // Default signal dispositions and an empty mask: ignored signals (SIGPIPE in a server) and a
   // blocked mask would otherwise be inherited through exec.
@@ -197,11 +243,49 @@ struct ChildArgs {
 
   ::setsid();  // new session and process group: pgid == pid
 
+  for (const char* const* procs = c.cgroup_procs; *procs != nullptr; ++procs) {
+    const int fd = ::open(*procs, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);  // see WriteControl
+    if (fd < 0) ChildFail(err_fd, kStageCgroup, errno);
+    int err = 0;
+    WritePid(fd, ::getpid(), &err);
+    if (err != 0) ChildFail(err_fd, kStageCgroup, err);
+    ::close(fd);
+  }
+
+  if (c.isolate_network) {
+    if (::unshare(CLONE_NEWNET) != 0) ChildFail(err_fd, kStageNetwork, errno);
+    if (int err = LoopbackUp(); err != 0) ChildFail(err_fd, kStageNetwork, err);
+  }
+
+  {
+    struct rlimit no_core {0, 0};
+    if (::setrlimit(RLIMIT_CORE, &no_core) != 0) ChildFail(err_fd, kStageLimits, errno);
+    struct rlimit files {};
+    if (c.max_open_files > 0 && ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+      const rlim_t n = std::min(c.max_open_files, files.rlim_max);
+      files = {n, n};
+      if (::setrlimit(RLIMIT_NOFILE, &files) != 0) ChildFail(err_fd, kStageLimits, errno);
+    }
+  }
+
+  if (c.set_uid) {
+    // Groups first: setgroups and setgid need the privileges setuid gives up.
+    if (::setgroups(0, nullptr) != 0 || ::setgid(static_cast<gid_t>(c.uid)) != 0 ||
+        ::setuid(c.uid) != 0) {
+      ChildFail(err_fd, kStageCredentials, errno);
+    }
+    if (::setuid(0) == 0) ChildFail(err_fd, kStageCredentials, EPERM);  // must be irreversible
+  }
+  if (c.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    ChildFail(err_fd, kStageNoNewPrivs, errno);
+  }
+
   // Fencing: if the agent dies (kill -9, crash), its attempts die with it, because the server
   // will requeue them elsewhere and the same work must not run twice. The kernel's death signal
   // only reaches this process, not what the command forks, so this process stays behind as the
   // group's guardian (see GuardGroup) and the command runs in a child of it. (The signal fires
-  // when the forking thread exits; the agent's threads live as long as the agent.)
+  // when the forking thread exits; the agent's threads live as long as the agent.) It is set
+  // after setuid because a change of credentials clears it.
   if (c.die_with_parent) {
     g_guard_parent = c.parent_pid;
     struct sigaction on_death {};
@@ -215,26 +299,10 @@ struct ChildArgs {
     }
   }
 
-  if (c.cgroup_procs != nullptr) {
-    const int fd = ::open(c.cgroup_procs, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) ChildFail(err_fd, kStageCgroup, errno);
-    char buf[24];
-    int n = 0;
-    long pid = ::getpid();
-    char rev[24];
-    do {
-      rev[n++] = static_cast<char>('0' + pid % 10);
-      pid /= 10;
-    } while (pid > 0);
-    for (int i = 0; i < n; ++i) buf[i] = rev[n - 1 - i];
-    if (::write(fd, buf, static_cast<size_t>(n)) < 0) ChildFail(err_fd, kStageCgroup, errno);
-    ::close(fd);
-  }
-
   if (::dup2(null_fd, 0) < 0 || ::dup2(log_fd, 1) < 0 || ::dup2(log_fd, 2) < 0) {
     ChildFail(err_fd, kStageFds, errno);
   }
-  CloseFrom(3, err_fd);
+  CloseFrom(3, err_fd, exe_fd);
 
   if (c.working_dir != nullptr && ::chdir(c.working_dir) != 0) {
     ChildFail(err_fd, kStageChdir, errno);
@@ -242,6 +310,10 @@ struct ChildArgs {
 
   if (c.die_with_parent) GuardGroup(err_fd);
 
+  if (exe_fd >= 0) {
+    ::execveat(exe_fd, "", c.argv, c.envp, AT_EMPTY_PATH);
+    ChildFail(err_fd, kStageExec, errno);
+  }
   // execvp's rules: try each PATH entry; remember EACCES; stop at an error other than "not
   // here".
   int err = ENOENT;
@@ -272,37 +344,24 @@ const char* ProcStateName(ProcState state) {
 }
 
 Supervisor::Supervisor(std::string cgroup_root) {
-  const std::string root = cgroup_root.empty() ? "/sys/fs/cgroup/aicloud" : cgroup_root;
-  const std::string parent = fs::path(root).parent_path().string();
-  auto off = [&](const std::string& why) { cgroup_status_ = "no cgroup limits: " + why; };
-  std::error_code ec;
-  if (!fs::exists(root + "/cgroup.controllers", ec)) {
-    if (!fs::exists(parent + "/cgroup.controllers", ec)) {
-      off(parent + " is not a cgroup v2 hierarchy (no cgroup.controllers: cgroup v1, or not "
-          "mounted)");
-    } else if (::mkdir(root.c_str(), 0755) != 0 && errno != EEXIST) {
-      off("cannot create " + root + ": " + Errno(errno));
-    }
+  if (cgroup_root.empty()) {
+    cgroups_ = DetectCgroups(&cgroup_status_);
+  } else if (StatusOr<std::unique_ptr<CgroupBackend>> v2 = OpenCgroupV2(cgroup_root); v2.ok()) {
+    cgroups_ = std::move(*v2);
+  } else {
+    cgroup_status_ = "no cgroup limits: " + std::string(v2.status().message());
   }
-  if (cgroup_status_.empty()) {
-    const std::string controllers = ReadSmallFile(root + "/cgroup.controllers");
-    std::string missing;
-    for (const char* c : {"cpu", "memory"}) {
-      if (!HasWord(controllers, c)) missing += missing.empty() ? c : std::string(", ") + c;
-    }
-    if (!missing.empty()) {
-      off(root + "/cgroup.controllers lacks " + missing +
-          " (the parent must delegate them in its cgroup.subtree_control)");
-    } else if (::access(root.c_str(), W_OK) != 0) {
-      off("cannot write " + root + ": " + Errno(errno));
-    } else if (int err = WriteControl(root + "/cgroup.subtree_control", "+cpu +memory");
-               err != 0) {
-      off("cannot enable cpu and memory in " + root + "/cgroup.subtree_control: " + Errno(err));
-    } else {
-      cgroup_root_ = root;
-      cgroup_status_ = "cgroup v2 at " + root;
-    }
-  }
+  if (cgroups_) cgroup_status_ = cgroups_->Describe();
+  StartReaper();
+}
+
+Supervisor::Supervisor(std::unique_ptr<CgroupBackend> cgroups, std::string why_none)
+    : cgroups_(std::move(cgroups)) {
+  cgroup_status_ = cgroups_ ? cgroups_->Describe() : "no cgroup limits: " + why_none;
+  StartReaper();
+}
+
+void Supervisor::StartReaper() {
   reaper_ = std::thread([this] {
     SetThreadName("agent-reaper");
     ReaperLoop();
@@ -319,8 +378,12 @@ Supervisor::~Supervisor() {
   }
   cv_.notify_all();
   reaper_.join();
+  // A group empties only once its last killed process has exited: give stragglers a moment.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
   for (auto& [id, a] : attempts_) {
-    if (!a.cgroup_dir.empty()) ::rmdir(a.cgroup_dir.c_str());
+    while (a.cgroup && !a.cgroup->Remove() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(kPollInterval);
+    }
   }
 }
 
@@ -329,39 +392,6 @@ std::string Supervisor::cgroup_status() const { return cgroup_status_; }
 void Supervisor::SetListener(std::function<void(const ProcStatus&)> listener) {
   std::lock_guard<std::mutex> lock(listener_mu_);
   listener_ = std::move(listener);
-}
-
-std::string Supervisor::SetUpCgroup(const ProcessSpec& spec, std::string* error) {
-  if (cgroup_root_.empty()) return "";
-  std::string leaf;
-  for (char ch : spec.attempt_id) {
-    const bool ok = std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
-                    ch == '.';
-    leaf += ok ? ch : '_';
-  }
-  if (leaf == "." || leaf == "..") leaf = "_" + leaf;
-  const std::string dir = cgroup_root_ + "/" + leaf;
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    *error = "cgroup " + dir + ": " + Errno(errno);
-    return "";
-  }
-  if (spec.cpu_millis > 0) {
-    // cpu.max is "<quota> <period>" in microseconds: cpu_millis/1000 CPUs of a 100 ms period.
-    const int64_t quota = std::max<int64_t>(1000, spec.cpu_millis * 100);
-    if (int err = WriteControl(dir + "/cpu.max", std::to_string(quota) + " 100000"); err != 0) {
-      *error = "cgroup " + dir + "/cpu.max: " + Errno(err);
-      ::rmdir(dir.c_str());
-      return "";
-    }
-  }
-  if (spec.memory_bytes > 0) {
-    if (int err = WriteControl(dir + "/memory.max", std::to_string(spec.memory_bytes)); err != 0) {
-      *error = "cgroup " + dir + "/memory.max: " + Errno(err);
-      ::rmdir(dir.c_str());
-      return "";
-    }
-  }
-  return dir;
 }
 
 Status Supervisor::Start(const ProcessSpec& spec) {
@@ -391,7 +421,7 @@ Status Supervisor::Start(const ProcessSpec& spec) {
     a.status.exit_code = 127;
     a.status.finished = std::chrono::system_clock::now();
     a.status.message = "could not start: " + what;
-    if (!a.cgroup_dir.empty() && ::rmdir(a.cgroup_dir.c_str()) == 0) a.cgroup_dir.clear();
+    if (a.cgroup && a.cgroup->Remove()) a.cgroup.reset();
     return record(std::move(a));
   };
 
@@ -409,10 +439,15 @@ Status Supervisor::Start(const ProcessSpec& spec) {
 
   // Environment: a minimal inherited set, then the spec's.
   std::map<std::string, std::string> env;
-  for (const char* name : {"PATH", "HOME", "LANG"}) {
+  for (const char* name : {"PATH", "LANG"}) {
     if (const char* v = std::getenv(name)) env[name] = v;
   }
   if (env.count("PATH") == 0) env["PATH"] = kDefaultPath;
+  if (!spec.working_dir.empty()) {
+    env["HOME"] = spec.working_dir;
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && !spec.sandbox.uid) {
+    env["HOME"] = home;
+  }
   env["AICLOUD_ATTEMPT_ID"] = spec.attempt_id;
   for (const auto& [k, v] : spec.env) env[k] = v;
   std::vector<std::string> env_strings;
@@ -443,17 +478,51 @@ Status Supervisor::Start(const ProcessSpec& spec) {
   for (const std::string& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));
   envp.push_back(nullptr);
 
-  std::string cgroup_error;
-  a.cgroup_dir = SetUpCgroup(spec, &cgroup_error);
-  if (!cgroup_error.empty()) return fail(cgroup_error);
-  const std::string cgroup_procs = a.cgroup_dir.empty() ? "" : a.cgroup_dir + "/cgroup.procs";
+  a.memory_bytes = spec.memory_bytes;
+  if (cgroups_) {
+    StatusOr<std::unique_ptr<AttemptCgroup>> group =
+        cgroups_->Create(CgroupName(spec.attempt_id), {spec.cpu_millis, spec.memory_bytes});
+    if (!group.ok()) return fail(std::string(group.status().message()));
+    a.cgroup = std::move(*group);
+  }
+  std::vector<const char*> cgroup_procs;
+  if (a.cgroup) {
+    for (const std::string& f : a.cgroup->ProcsFiles()) cgroup_procs.push_back(f.c_str());
+  }
+  cgroup_procs.push_back(nullptr);
 
-  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (log_fd < 0) return fail("log file " + log_path + ": " + Errno(errno));
+  // The agent's own binary (platform replicas run `aicloud engine`) is exec'd through a
+  // descriptor opened here, so a sandbox uid that cannot reach its install directory still
+  // starts it.
+  int exe_fd = -1;
+  if (spec.sandbox.uid) {
+    struct stat self {};
+    if (::stat("/proc/self/exe", &self) == 0) {
+      for (const std::string& c : candidates) {
+        struct stat st {};
+        if (::stat(c.c_str(), &st) != 0) continue;
+        if (st.st_dev == self.st_dev && st.st_ino == self.st_ino) {
+          exe_fd = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+        }
+        break;  // the first existing candidate is what execvp would run
+      }
+    }
+  }
+  auto close_exe = [&] {
+    if (exe_fd >= 0) ::close(exe_fd);
+  };
+
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (log_fd < 0) {
+    const int err = errno;
+    close_exe();
+    return fail("log file " + log_path + ": " + Errno(err));
+  }
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0) {
     const int err = errno;
     ::close(log_fd);
+    close_exe();
     return fail("/dev/null: " + Errno(err));
   }
   int pipe_fds[2];
@@ -461,25 +530,33 @@ Status Supervisor::Start(const ProcessSpec& spec) {
     const int err = errno;
     ::close(log_fd);
     ::close(null_fd);
+    close_exe();
     return fail("pipe: " + Errno(err));
   }
 
   ChildArgs args{null_fd,
                  log_fd,
                  pipe_fds[1],
+                 exe_fd,
                  spec.working_dir.empty() ? nullptr : spec.working_dir.c_str(),
-                 cgroup_procs.empty() ? nullptr : cgroup_procs.c_str(),
+                 cgroup_procs.data(),
                  argv.data(),
                  envp.data(),
                  &candidates,
                  ::getpid(),
-                 spec.die_with_starter};
+                 spec.die_with_starter,
+                 spec.sandbox.isolate_network,
+                 spec.sandbox.uid.has_value(),
+                 static_cast<uid_t>(spec.sandbox.uid.value_or(0)),
+                 spec.sandbox.no_new_privs,
+                 static_cast<rlim_t>(std::max<int64_t>(0, spec.sandbox.max_open_files))};
   const pid_t pid = ::fork();
   if (pid == 0) ChildExec(args);
   const int fork_errno = errno;
   ::close(pipe_fds[1]);
   ::close(log_fd);
   ::close(null_fd);
+  close_exe();
   if (pid < 0) {
     ::close(pipe_fds[0]);
     return fail("fork: " + Errno(fork_errno));
@@ -499,13 +576,41 @@ Status Supervisor::Start(const ProcessSpec& spec) {
   ::close(pipe_fds[0]);
   if (got == sizeof child_error) {
     orphans_.push_back(pid);
+    const std::string err = Errno(child_error.err);
+    // Under a sandbox uid, EACCES says which uid and which path component.
+    auto blocked = [&](const std::string& path, bool exec) -> std::string {
+      if (child_error.err != EACCES || !spec.sandbox.uid) return "";
+      const std::string uid = std::to_string(*spec.sandbox.uid);
+      const std::string what = BlockingComponent(path, *spec.sandbox.uid, exec);
+      if (what.empty()) return " (as sandbox uid " + uid + ")";
+      return " (sandbox uid " + uid + " is blocked by " + what + ")";
+    };
     switch (child_error.stage) {
-      case kStageCgroup: return fail("joining " + cgroup_procs + ": " + Errno(child_error.err));
+      case kStageCgroup: {
+        std::string files;
+        for (const std::string& f : a.cgroup->ProcsFiles()) files += (files.empty() ? "" : ", ") + f;
+        return fail("joining " + files + ": " + err);
+      }
       case kStageChdir:
-        return fail("chdir " + spec.working_dir + ": " + Errno(child_error.err));
-      case kStageExec: return fail(prog + ": " + Errno(child_error.err));
-      case kStageFork: return fail("fork: " + Errno(child_error.err));
-      default: return fail("setting up stdio: " + Errno(child_error.err));
+        return fail("chdir " + spec.working_dir + ": " + err + blocked(spec.working_dir, false));
+      case kStageExec: {
+        std::string why;
+        for (const std::string& c : candidates) {
+          struct stat st {};
+          if (::stat(c.c_str(), &st) != 0) continue;
+          why = blocked(c, true);
+          if (!why.empty()) break;
+        }
+        return fail(prog + ": " + err + why);
+      }
+      case kStageFork: return fail("fork: " + err);
+      case kStageNetwork: return fail("network namespace (isolation: network): " + err);
+      case kStageLimits: return fail("setrlimit: " + err);
+      case kStageCredentials:
+        return fail("switching to sandbox uid " + std::to_string(spec.sandbox.uid.value_or(0)) +
+                    ": " + err);
+      case kStageNoNewPrivs: return fail("PR_SET_NO_NEW_PRIVS: " + err);
+      default: return fail("setting up stdio: " + err);
     }
   }
   return record(std::move(a));
@@ -548,7 +653,7 @@ void Supervisor::Forget(const std::string& attempt_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = attempts_.find(attempt_id);
   if (it == attempts_.end() || it->second.status.state == ProcState::kRunning) return;
-  if (!it->second.cgroup_dir.empty()) ::rmdir(it->second.cgroup_dir.c_str());
+  if (it->second.cgroup) it->second.cgroup->Remove();
   attempts_.erase(it);
 }
 
@@ -573,6 +678,18 @@ void Supervisor::Finish(Attempt& a, int wait_status, double cpu_seconds,
   } else {
     s.message = "ended with wait status " + std::to_string(wait_status) + after_stop;
   }
+  if (a.cgroup && a.cgroup->OomKilled()) {
+    // The OOM killer's SIGKILL looks like any other: the cgroup's counter tells them apart.
+    s.oom_killed = true;
+    const std::string oom =
+        "out of memory" +
+        (a.memory_bytes > 0 ? " (limit " + MiB(a.memory_bytes) + ")" : std::string());
+    if (WIFSIGNALED(wait_status) && s.signal == SIGKILL && !a.kill_sent) {
+      s.message = "killed by signal 9 (SIGKILL): " + oom + after_stop;
+    } else {
+      s.message += "; " + oom;
+    }
+  }
   if (a.stop_requested) {
     s.state = ProcState::kKilled;
   } else if (WIFEXITED(wait_status) && s.exit_code == 0) {
@@ -580,16 +697,11 @@ void Supervisor::Finish(Attempt& a, int wait_status, double cpu_seconds,
   } else {
     s.state = ProcState::kFailed;
   }
-  if (!a.cgroup_dir.empty()) {
+  if (a.cgroup) {
     // Whatever escaped the process group dies with the cgroup; its CPU time counts too.
-    WriteControl(a.cgroup_dir + "/cgroup.kill", "1");
-    std::istringstream stat(ReadSmallFile(a.cgroup_dir + "/cpu.stat"));
-    std::string key;
-    int64_t value = 0;
-    while (stat >> key >> value) {
-      if (key == "usage_usec") s.cpu_seconds = std::max(s.cpu_seconds, value / 1e6);
-    }
-    if (::rmdir(a.cgroup_dir.c_str()) == 0) a.cgroup_dir.clear();
+    a.cgroup->KillAll();
+    s.cpu_seconds = std::max(s.cpu_seconds, a.cgroup->CpuSeconds());
+    if (a.cgroup->Remove()) a.cgroup.reset();
   }
   events->push_back(s);
 }
@@ -597,6 +709,9 @@ void Supervisor::Finish(Attempt& a, int wait_status, double cpu_seconds,
 void Supervisor::PollLocked(std::vector<ProcStatus>* events) {
   const auto now = Clock::now();
   for (auto& [id, a] : attempts_) {
+    if (a.status.state != ProcState::kRunning && a.cgroup && a.cgroup->Remove()) {
+      a.cgroup.reset();  // its last process has exited since Finish
+    }
     if (a.status.state != ProcState::kRunning || a.status.pid <= 0) continue;
     const auto pid = static_cast<pid_t>(a.status.pid);
     if (a.stop_requested && !a.kill_sent && now >= a.kill_at) {

@@ -1,7 +1,10 @@
 #include "agent/supervisor.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -143,14 +146,16 @@ TEST(Supervisor, EnvironmentAndWorkingDirectory) {
   Supervisor sup;
   ProcessSpec spec = Shell("env-1",
                            "pwd; echo \"$AICLOUD_X\"; echo \"$AICLOUD_ATTEMPT_ID\"; "
-                           "echo \"${AICLOUD_TEST_LEAK-unset}\"; test -n \"$PATH\" && echo path",
+                           "echo \"${AICLOUD_TEST_LEAK-unset}\"; test -n \"$PATH\" && echo path; "
+                           "echo \"$HOME\"",
                            dir);
   spec.working_dir = dir / "work/sub";  // does not exist yet
   spec.env = {{"AICLOUD_X", "hello world"}};
   ASSERT_TRUE(sup.Start(spec).ok());
   ProcStatus s = WaitDone(sup, "env-1");
   EXPECT_EQ(s.state, ProcState::kSucceeded) << s.message;
-  EXPECT_EQ(Slurp(spec.log_path), dir / "work/sub" + "\nhello world\nenv-1\nunset\npath\n");
+  EXPECT_EQ(Slurp(spec.log_path),
+            dir / "work/sub" + "\nhello world\nenv-1\nunset\npath\n" + dir / "work/sub" + "\n");
   ::unsetenv("AICLOUD_TEST_LEAK");
 }
 
@@ -494,7 +499,8 @@ TEST(Supervisor, DestructorKillsWhatIsStillRunning) {
 TEST(Supervisor, CgroupStatusExplainsItself) {
   Supervisor sup;
   const std::string status = sup.cgroup_status();
-  EXPECT_TRUE(status.rfind("cgroup v2 at ", 0) == 0 || status.rfind("no cgroup limits: ", 0) == 0)
+  EXPECT_TRUE(status.rfind("cgroup v2 at ", 0) == 0 || status.rfind("cgroup v1 at ", 0) == 0 ||
+              status.rfind("no cgroup limits: ", 0) == 0)
       << status;
 
   TempDir dir;
@@ -507,6 +513,186 @@ TEST(Supervisor, CgroupStatusExplainsItself) {
   spec.memory_bytes = 64 << 20;
   ASSERT_TRUE(no_root.Start(spec).ok());
   EXPECT_EQ(WaitDone(no_root, "limited").state, ProcState::kSucceeded);
+}
+
+// ---- the sandbox (root only: these run as root on the project's machines) ---------------------
+
+constexpr uint32_t kTenantUid = 200123;
+
+// A temp dir the sandbox uid can pass through, with a private working dir for it.
+struct SandboxDir {
+  SandboxDir() {
+    ::chmod(dir.path().c_str(), 0711);
+    EXPECT_TRUE(MakePrivateDir(work(), kTenantUid).ok());
+  }
+  std::string work() const { return dir / "work"; }
+  TempDir dir;
+};
+
+ProcessSpec Sandboxed(const std::string& id, const std::string& cmd, const SandboxDir& sd) {
+  ProcessSpec spec = Shell(id, cmd, sd.dir);
+  spec.working_dir = sd.work();
+  spec.sandbox.uid = kTenantUid;
+  return spec;
+}
+
+TEST(SupervisorSandbox, RunsAsTheTenantUidWithNoNewPrivsAndACleanEnvironment) {
+  ASSERT_EQ(::geteuid(), 0u) << "the sandbox tests need root";
+  SandboxDir sd;
+  ::setenv("AICLOUD_TEST_SECRET", "hunter2", 1);
+  Supervisor sup;
+  ProcessSpec spec = Sandboxed(
+      "sb-id",
+      "id -u; id -g; id -G; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status; ulimit -c; "
+      "echo \"home=$HOME\"; env | grep -c SECRET; touch \"$HOME/mine\" && echo wrote",
+      sd);
+  spec.env = {{"FROM_SPEC", "1"}};
+  ASSERT_TRUE(sup.Start(spec).ok());
+  ProcStatus s = WaitDone(sup, "sb-id");
+  ::unsetenv("AICLOUD_TEST_SECRET");
+  EXPECT_EQ(s.state, ProcState::kSucceeded) << s.message;
+  EXPECT_EQ(Slurp(spec.log_path), "200123\n200123\n200123\nCapEff:\t0000000000000000\n"
+                                  "NoNewPrivs:\t1\n0\nhome=" + sd.work() + "\n0\nwrote\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((sd.work() + "/mine").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kTenantUid);
+}
+
+TEST(SupervisorSandbox, TheTenantUidOwnsWhatItWritesAndCannotReadRootsPrivateFiles) {
+  SandboxDir sd;
+  const std::string secret = sd.dir / "root-only";
+  std::ofstream(secret) << "key\n";
+  ::chmod(secret.c_str(), 0600);
+  Supervisor sup;
+  ProcessSpec spec = Sandboxed(
+      "sb-own", "echo hi > \"$HOME/out\" && stat -c %u out; cat " + secret + " || echo denied", sd);
+  ASSERT_TRUE(sup.Start(spec).ok());
+  ProcStatus s = WaitDone(sup, "sb-own");
+  EXPECT_EQ(s.state, ProcState::kSucceeded) << s.message;
+  const std::string log = Slurp(spec.log_path);
+  EXPECT_NE(log.find("200123\n"), std::string::npos) << log;
+  EXPECT_NE(log.find("Permission denied"), std::string::npos) << log;
+  EXPECT_NE(log.find("denied\n"), std::string::npos) << log;
+  EXPECT_EQ(log.find("key"), std::string::npos) << log;
+}
+
+TEST(SupervisorSandbox, EaccesNamesTheUidAndTheBlockingDirectory) {
+  SandboxDir sd;
+  const std::string locked = sd.dir / "locked";
+  ASSERT_EQ(::mkdir(locked.c_str(), 0700), 0);
+  ASSERT_TRUE(MakePrivateDir(locked + "/inner", kTenantUid).ok());
+  Supervisor sup;
+  ProcessSpec spec = Sandboxed("sb-chdir", "true", sd);
+  spec.working_dir = locked + "/inner";
+  ASSERT_TRUE(sup.Start(spec).ok());
+  ProcStatus s = WaitDone(sup, "sb-chdir");
+  EXPECT_EQ(s.state, ProcState::kFailed);
+  EXPECT_EQ(s.message, "could not start: chdir " + locked + "/inner: Permission denied (sandbox "
+                       "uid 200123 is blocked by " + locked + " (mode 0700, owner 0))");
+
+  // A program inside a directory the uid cannot search.
+  ASSERT_EQ(::symlink("/bin/true", (locked + "/prog").c_str()), 0);
+  ProcessSpec exec = Sandboxed("sb-exec", "", sd);
+  exec.argv = {locked + "/prog"};
+  ASSERT_TRUE(sup.Start(exec).ok());
+  s = WaitDone(sup, "sb-exec");
+  EXPECT_EQ(s.message, "could not start: " + locked + "/prog: Permission denied (sandbox uid "
+                       "200123 is blocked by " + locked + " (mode 0700, owner 0))");
+}
+
+TEST(SupervisorSandbox, TheAgentsOwnBinaryStartsEvenWhereTheUidCannotReachIt) {
+  SandboxDir sd;
+  const std::string locked = sd.dir / "install";
+  ASSERT_EQ(::mkdir(locked.c_str(), 0700), 0);
+  char self[4096] = {0};
+  ASSERT_GT(::readlink("/proc/self/exe", self, sizeof self - 1), 0);
+  // Same inode as /proc/self/exe, reached through a directory the uid cannot search.
+  ASSERT_EQ(::symlink(self, (locked + "/aicloud").c_str()), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(self, &st), 0);
+  ASSERT_TRUE(st.st_mode & S_IXOTH) << self << " must be executable by others";
+  Supervisor sup;
+  ProcessSpec spec = Sandboxed("sb-self", "", sd);
+  spec.argv = {locked + "/aicloud", "--gtest_list_tests", "--gtest_filter=SupervisorSandbox.*"};
+  ASSERT_TRUE(sup.Start(spec).ok());
+  ProcStatus s = WaitDone(sup, "sb-self", milliseconds(10000));
+  EXPECT_EQ(s.state, ProcState::kSucceeded) << s.message << "\n" << Slurp(spec.log_path);
+  EXPECT_NE(Slurp(spec.log_path).find("TheAgentsOwnBinaryStarts"), std::string::npos);
+}
+
+// A TCP listener on the host's 127.0.0.1; returns its port.
+class HostListener {
+ public:
+  HostListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~HostListener() { ::close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST(SupervisorSandbox, NetworkIsolationLeavesOnlyLoopback) {
+  SandboxDir sd;
+  HostListener host;
+  Supervisor sup;
+  // bash's /dev/tcp connects; a port nobody listens on shows whether lo is up ("refused") or
+  // down ("unreachable").
+  const std::string connect =
+      "bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(host.port()) +
+      " && echo connected'; bash -c 'exec 3<>/dev/tcp/127.0.0.1/1' 2>&1 | grep -o refused";
+  ProcessSpec open = Sandboxed("net-open", connect, sd);
+  ProcessSpec isolated = Sandboxed("net-isolated", connect, sd);
+  isolated.sandbox.isolate_network = true;
+  ASSERT_TRUE(sup.Start(open).ok());
+  ASSERT_TRUE(sup.Start(isolated).ok());
+  WaitDone(sup, "net-open");
+  WaitDone(sup, "net-isolated");
+  EXPECT_NE(Slurp(open.log_path).find("connected\n"), std::string::npos) << Slurp(open.log_path);
+  const std::string log = Slurp(isolated.log_path);
+  EXPECT_EQ(log.find("connected"), std::string::npos) << log;
+  EXPECT_NE(log.find("Connection refused"), std::string::npos) << log;
+  EXPECT_NE(log.find("refused\n"), std::string::npos) << "loopback is not up: " << log;
+}
+
+TEST(SupervisorSandbox, GuardedSandboxedAttemptStillDiesWithItsAgent) {
+  // The kernel clears the parent-death signal at setuid; it must be set after it.
+  SandboxDir sd;
+  const std::string leaderfile = sd.dir / "leader.pid";
+  const std::string log = sd.dir / "orphan.log";
+  const pid_t agent = ::fork();
+  ASSERT_GE(agent, 0);
+  if (agent == 0) {
+    Supervisor sup;
+    ProcessSpec spec = Sandboxed("orphan", "sleep 100 & echo $!; wait", sd);
+    spec.die_with_starter = true;
+    if (!sup.Start(spec).ok()) ::_exit(1);
+    std::ofstream(leaderfile) << sup.Get("orphan")->pid << "\n";
+    for (;;) ::pause();
+  }
+  pid_t grandchild = 0, leader = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    std::ifstream a(log), b(leaderfile);
+    return static_cast<bool>(a >> grandchild) && grandchild > 0 &&
+           static_cast<bool>(b >> leader) && leader > 0;
+  }));
+  EXPECT_FALSE(ProcessDead(grandchild));
+  ASSERT_EQ(::kill(agent, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(agent, &status, 0), agent);
+  EXPECT_TRUE(WaitFor([&] { return ProcessDead(grandchild); }, milliseconds(2000)))
+      << "sandboxed grandchild " << grandchild << " survived its agent";
+  EXPECT_TRUE(WaitFor([&] { return ProcessDead(leader); }, milliseconds(2000)));
 }
 
 TEST(ReadLog, IncrementalReads) {

@@ -80,6 +80,9 @@ struct ServerFlags {
   std::string node_gpu_model = "H100";
   int node_cpus = 64, node_memory_gib = 512;
   double node_consolidate_below = 0.5;
+  // aicloud up: the simulated nodes' tenant sandbox (agent.h), one uid map for all of them.
+  std::string sandbox_uids = "200000-299999";
+  bool no_sandbox = false;
 };
 
 StatusOr<control::NodeAutoscalerOptions> ToNodeOptions(const ServerFlags& f) {
@@ -262,6 +265,10 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
     ao.node_name = name;
     ao.node_spec = SimNodeSpec(name, sim_gpu, gpus_per_node);
     ao.work_dir = sf.data_dir + "/agents/" + name;
+    ao.sandbox = !sf.no_sandbox;
+    ao.sandbox_uids = sf.sandbox_uids;
+    // The simulated nodes share this machine: one map, so two tenants never share a uid.
+    ao.sandbox_uid_map = sf.data_dir + "/agents/sandbox-uids.json";
     ao.heartbeat = std::chrono::milliseconds(2000);
     ao.poll_wait = std::chrono::milliseconds(2000);  // so Ctrl-C stops the agents promptly
     ao.simulated_gpus = true;  // simulated GPUs: MIG and wipes recorded, no device touched
@@ -426,6 +433,11 @@ void AddServer(CLI::App& app, int* exit_code) {
   up->add_flag("--exit-after-demo", *up_exit, "with --demo: stop once the demo ended (exit 0 if every step succeeded)");
   up->add_option("--demo-tokenizer", *up_tokenizer, "with --demo: the tokenizer.json of the demo model")
       ->capture_default_str();
+  up->add_option("--sandbox-uids", usf->sandbox_uids,
+                 "uids the simulated nodes give tenants (when root), FIRST-LAST")
+      ->capture_default_str();
+  up->add_flag("--no-sandbox", usf->no_sandbox,
+               "run jobs as this process's user, unisolated (no tenant uids)");
   auto up_delay = std::make_shared<std::string>("180s");
   up->add_option("--node-provision-delay", *up_delay, "with --node-pool: power-on to registration of an added node (default 180s)");
   up->callback([=] {
@@ -464,6 +476,14 @@ void AddServer(CLI::App& app, int* exit_code) {
   ag->add_flag("--allow-unwiped-gpu-handover", *a_unwiped,
                "when no CUDA driver loads, hand a GPU to another tenant unwiped (Warning event) "
                "instead of refusing it");
+  auto a_sandbox_uids = std::make_shared<std::string>("200000-299999");
+  auto a_no_sandbox = std::make_shared<bool>(false);
+  ag->add_option("--sandbox-uids", *a_sandbox_uids,
+                 "uids tenants' attempts run as when the agent is root: FIRST-LAST, 100 per tenant; "
+                 "no /etc/passwd user may be in it")
+      ->capture_default_str();
+  ag->add_flag("--no-sandbox", *a_no_sandbox,
+               "run attempts as the agent's own user, unisolated (tenants can read each other's files)");
   ag->callback([=] {
     BlockSignals();
     StatusOr<std::chrono::milliseconds> hb = ParseDuration(*a_heartbeat);
@@ -498,6 +518,8 @@ void AddServer(CLI::App& app, int* exit_code) {
     ao.node_name = name;
     ao.node_spec = *spec;
     ao.work_dir = *a_work;
+    ao.sandbox = !*a_no_sandbox;
+    ao.sandbox_uids = *a_sandbox_uids;
     ao.heartbeat = *hb;
     ao.tls.ca_file = *a_ca;
     ao.tls.cert_file = *a_cert;

@@ -271,6 +271,10 @@ Status ControlPlane::Start() {
   std::error_code ec;
   fs::create_directories(fs::path(options_.data_dir) / "logs", ec);
   if (ec) return InternalError("cannot create " + options_.data_dir + "/logs: " + ec.message());
+  // Jobs' output is their tenants' own: not for the sandboxed jobs of other tenants that may pass
+  // through the data dir (aicloud up).
+  fs::permissions(fs::path(options_.data_dir) / "logs", fs::perms::owner_all, fs::perm_options::replace, ec);
+  if (ec) return InternalError("cannot make " + options_.data_dir + "/logs private (mode 0700): " + ec.message());
   StatusOr<sched::Profile> profile = sched::PolicyProfile(options_.policy);
   if (!profile.ok()) return profile.status();
   sched::SchedulerOptions so;
@@ -564,9 +568,10 @@ void ControlPlane::ApplyReports() {
           break;
         }
         if (r.state != "Succeeded") {
-          Event(*job, "Warning", "WorkerFailed",
+          const std::string reason = r.oom_killed ? "OOMKilled" : "WorkerFailed";
+          Event(*job, "Warning", reason,
                 "worker on " + w.node + " (attempt " + w.attempt + "): " + r.message);
-          EndAttempt(*job, "Killed", "WorkerFailed", "worker " + w.attempt + " " + r.message, true);
+          EndAttempt(*job, "Killed", reason, "worker " + w.attempt + " " + r.message, true);
           break;
         }
       }
@@ -942,6 +947,7 @@ StatusOr<json> ControlPlane::AgentReport(const std::string& node, const std::str
     r.message = a.value("message", "");
     r.reason = a.value("reason", "");
     r.cpu_seconds = a.value("cpuSeconds", 0.0);
+    r.oom_killed = a.value("oomKilled", false);
     reports_.push_back(std::move(r));
   }
   // Events the agent saw (e.g. a GPU memory wipe between tenants), recorded in the tenant.
@@ -990,7 +996,7 @@ json ControlPlane::AttemptJson(const Job& job, const Worker& w) const {
   return {{"attempt", w.attempt}, {"tenant", job.tenant}, {"job", job.name}, {"worker", index},
           {"argv", s.argv}, {"env", env}, {"workingDir", s.working_dir},
           {"cpuMillis", w.alloc.cpu_milli}, {"memoryBytes", w.alloc.mem_mib << 20},
-          {"gpus", gpus}, {"graceSeconds", s.grace_seconds}};
+          {"gpus", gpus}, {"graceSeconds", s.grace_seconds}, {"isolation", s.isolation}};
 }
 
 StatusOr<json> ControlPlane::WaitAssignments(const std::string& node, const std::string& epoch,

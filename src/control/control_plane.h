@@ -198,6 +198,7 @@ class ControlPlane {
     std::string reason;  // "GpuSetupFailed": the node could not set up its GPUs (not the job's fault)
     int exit_code = -1;
     double cpu_seconds = 0;
+    bool oom_killed = false;  // the agent saw its cgroup's OOM killer strike
   };
 
   void Loop();

@@ -139,6 +139,41 @@ TEST_F(ControlPlaneTest, OnlyReplicaAttemptsGetTheirSecret) {
   }
 }
 
+TEST_F(ControlPlaneTest, IsolationTravelsToTheAgentAndOomKillsAreNamed) {
+  std::string e = Register("a", 1);
+  Submit("iso", {{"command", "x"}, {"isolation", "network"}});
+  json a = Assigned("a", e);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0]["isolation"], "network");
+  const std::string attempt = a[0]["attempt"];
+  Report("a", e, attempt, "Running");
+  StatusOr<json> r = cp_->AgentReport(
+      "a", e,
+      {{"attempts",
+        {{{"attempt", attempt}, {"state", "Failed"}, {"exitCode", -1}, {"oomKilled", true},
+          {"message", "killed by signal 9 (SIGKILL): out of memory (limit 1024 MiB)"}}}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  json job = JobNow("iso");
+  EXPECT_EQ(job["status"]["phase"], "Failed") << job.dump();
+  EXPECT_EQ(job["status"]["reason"], "OOMKilled") << job.dump();
+  EXPECT_NE(job["status"]["message"].get<std::string>().find("out of memory (limit 1024 MiB)"),
+            std::string::npos)
+      << job.dump();
+  StatusOr<store::ListResult> ev = store_.List({.kind = "Event", .tenant = "nlp"});
+  ASSERT_TRUE(ev.ok());
+  int oom_events = 0;
+  for (const json& o : ev->items) oom_events += o["spec"]["reason"] == "OOMKilled";
+  EXPECT_GE(oom_events, 1);
+
+  // Without the agent's flag a failure stays a WorkerFailed; without the field, no isolation.
+  Submit("plain", {{"command", "x"}});
+  a = Assigned("a", e);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0]["isolation"], "none");
+  Report("a", e, a[0]["attempt"], "Failed", 1);
+  EXPECT_EQ(JobNow("plain")["status"]["reason"], "WorkerFailed");
+}
+
 TEST_F(ControlPlaneTest, NodeAddressFromTheAgentOrKeptFromTheOperator) {
   json spec = GpuNodeSpec(1);
   spec["address"] = "10.0.0.7";

@@ -205,6 +205,12 @@ StatusOr<JobSpec> ParseJobSpec(const json& spec) {
     j.grace_seconds = static_cast<int>(g);
   }
   if (spec.contains("pool")) j.pool = spec["pool"].get<std::string>();
+  if (spec.contains("isolation") && !spec["isolation"].is_null()) {
+    j.isolation = spec["isolation"].get<std::string>();
+    if (j.isolation != "none" && j.isolation != "network") {
+      return FieldError("spec.isolation", "\"" + j.isolation + "\" is not none or network");
+    }
+  }
   if (spec.contains("tolerations")) {
     for (const json& t : spec["tolerations"]) {
       sched::Toleration tol;

@@ -15,6 +15,10 @@
 //     queue: research                 # the tenant queue (quota); default: the tenant's name
 //     preemptible: true
 //     terminationGraceSeconds: 10
+//     isolation: network              # none (default) or network: each worker gets its own
+//                                     # network namespace with only loopback (no other host,
+//                                     # not even the node's 127.0.0.1). Every worker also runs
+//                                     # in the node's tenant sandbox (docs/control-plane.md).
 #pragma once
 
 #include <map>
@@ -52,6 +56,7 @@ struct JobSpec {
   int grace_seconds = 10;
   std::string pool;
   std::vector<sched::Toleration> tolerations;
+  std::string isolation = "none";  // none | network
 
   // GPUs each worker holds, in whole-GPU units (a fraction counts its share; a MIG instance its
   // compute slices out of 7). Used for accounting and quotas.

@@ -39,6 +39,18 @@ TEST(JobSpecTest, ParsesTheThreeGpuForms) {
   EXPECT_TRUE(WorkerRequest(*frac, "t", "j", 0).gang.name.empty());
 }
 
+TEST(JobSpecTest, IsolationIsNoneUnlessNetworkIsAsked) {
+  StatusOr<JobSpec> j = ParseJobSpec(json::parse(R"({"command": "x"})"));
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(j->isolation, "none");
+  j = ParseJobSpec(json::parse(R"({"command": "x", "isolation": "network"})"));
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(j->isolation, "network");
+  j = ParseJobSpec(json::parse(R"({"command": "x", "isolation": "host"})"));
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().message(), "spec.isolation: \"host\" is not none or network");
+}
+
 TEST(JobSpecTest, RejectsImpossibleRequestsNamingTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"command": "x", "workers": 0})", "spec.workers"},
@@ -56,6 +68,7 @@ TEST(JobSpecTest, RejectsImpossibleRequestsNamingTheField) {
       {R"({"command": "x", "restartPolicy": "Always"})", "spec.restartPolicy"},
       {R"({"command": "x", "maxRetries": -1})", "spec.maxRetries"},
       {R"({"command": "x", "env": {"AICLOUD_JOB": "y"}})", "spec.env.AICLOUD_JOB"},
+      {R"({"command": "x", "isolation": "host"})", "spec.isolation"},
   };
   for (const auto& [text, field] : cases) {
     StatusOr<JobSpec> j = ParseJobSpec(json::parse(text));

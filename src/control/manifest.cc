@@ -404,6 +404,8 @@ const S& NodeSpec() {
       {"unschedulable", T::kBool},
       {"hostname", T::kString},
       {"address", T::kString},  // where other machines reach this node (deployment replicas)
+      {"sandbox", T::kString},  // set by the agent: "on: ..." or "off: <why>"
+      {"cgroups", T::kString},  // set by the agent: "cgroup v1 at ..." or "no cgroup limits: ..."
   };
   return s;
 }
@@ -450,6 +452,7 @@ const S& JobSpec() {
        {{"key", T::kString, true}, {"value", T::kString}, {"operator", T::kString},
         {"effect", T::kString}},
        T::kObject},
+      {"isolation", T::kString},  // none | network
   };
   return s;
 }

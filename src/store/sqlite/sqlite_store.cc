@@ -1,7 +1,12 @@
 #include "store/sqlite/sqlite_store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <future>
 #include <optional>
 
@@ -182,6 +187,19 @@ StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(SqliteStoreOptions opti
   if (options.path.empty()) return InvalidArgumentError("sqlite store: path must not be empty");
   if (options.change_log_capacity < 1 || options.max_batch < 1) {
     return InvalidArgumentError("sqlite store: change_log_capacity and max_batch must be >= 1");
+  }
+  // The store holds every secret of the cluster (key digests, the replica secrets' key): readable
+  // by its owner only, also where it lives in a directory other users pass through (`aicloud up`,
+  // whose agents' sandboxed work dirs are inside the data dir). SQLite gives the -wal and -shm
+  // files the database file's mode.
+  if (const int fd = ::open(options.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600); fd >= 0) {
+    if (::fchmod(fd, 0600) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return InternalError("sqlite store: cannot make " + options.path + " private (mode 0600): " + std::strerror(err));
+    }
+    ::close(fd);
+    for (const char* side : {"-wal", "-shm"}) ::chmod((options.path + side).c_str(), 0600);  // from before
   }
   StatusOr<Db> db = Db::Open(options.path);
   if (!db.ok()) return db.status();

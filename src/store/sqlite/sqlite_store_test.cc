@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <thread>
@@ -58,6 +59,30 @@ TEST(SqliteStoreTest, StatePersistsAcrossReopen) {
   // Revisions continue where they stopped, never reused.
   EXPECT_EQ(ResourceVersionOf(*store->Create(Manifest("Job", "nlp", "next"))), 4);
   EXPECT_EQ(store->List({.kind = "Job", .label_selector = "team=nlp"})->items.size(), 1u);
+}
+
+// The store file holds the cluster's secrets: readable by its owner only, also when it was
+// made readable by others before, and so are the WAL files SQLite makes next to it.
+TEST(SqliteStoreTest, TheFileIsPrivateToItsOwner) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  auto mode = [](const std::string& p) {
+    struct stat st {};
+    EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+    return st.st_mode & 07777;
+  };
+  {
+    auto store = MustOpen({.path = path});
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->Create(Manifest("Job", "nlp", "a")).ok());
+    EXPECT_EQ(mode(path), 0600u);
+    EXPECT_EQ(mode(path + "-wal"), 0600u);
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  auto store = MustOpen({.path = path});
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(mode(path), 0600u);
+  EXPECT_TRUE(store->Get({"Job", "nlp", "a"}).ok());
 }
 
 TEST(SqliteStoreTest, MigratesAVersionOneFile) {
