@@ -411,8 +411,10 @@ TEST_F(AgentLoopTest, GpuHandedToAnotherTenantIsWipedBeforeItStartsAlsoAcrossARe
   // The agent restarts in between: the last tenant was persisted.
   agent.reset();
   StartAgent(GpuOptions());
-  const std::string marker = dir.path() + "/zeroed-at-start";
-  cp.SetDesired({Attempt("b1", "cp " + fake.dir() + "/state.json " + marker, gpu1, "bob", "jb")});
+  // bob's process (running as bob's sandbox uid) prints the fake device's state as it starts.
+  fs::permissions(fake.dir(), fs::perms::others_read | fs::perms::others_exec, fs::perm_options::add);
+  fs::permissions(fake.dir() + "/state.json", fs::perms::others_read, fs::perm_options::add);
+  cp.SetDesired({Attempt("b1", "cat " + fake.dir() + "/state.json", gpu1, "bob", "jb")});
   ASSERT_TRUE(WaitFor([&] { return cp.LastReport("b1")["state"] == "Succeeded"; })) << cp.LastReport("b1").dump();
   ASSERT_TRUE(WaitFor([&] { return EventsWith("GpuMemoryWiped").size() == 1; })) << EventsWith("GpuMemoryWiped").dump();
   const json e = EventsWith("GpuMemoryWiped")[0];
@@ -421,7 +423,7 @@ TEST_F(AgentLoopTest, GpuHandedToAnotherTenantIsWipedBeforeItStartsAlsoAcrossARe
   EXPECT_NE(e["message"].get<std::string>().find("before tenant bob (last used by alice)"), std::string::npos) << e.dump();
   // The memory was zeroed before bob's process started (its copy of the device state shows it).
   const int64_t wiped = FakeGpusWipeable();
-  EXPECT_EQ(json::parse(Slurp(marker))["gpus"][1]["zeroedBytes"], wiped);
+  EXPECT_EQ(json::parse(cp.Log("b1"))["gpus"][1]["zeroedBytes"], wiped);
   EXPECT_NE(e["message"].get<std::string>().find("[" + std::to_string(wiped) + " bytes]"), std::string::npos);
   // bob again: no second wipe.
   cp.SetDesired({Attempt("b2", "true", gpu1, "bob", "jb")});
