@@ -15,6 +15,7 @@
 
 #include "core/thread_name.h"
 #include "agent/host_metrics.h"
+#include "agent/replica_tls.h"
 
 namespace aicloud::agent {
 namespace {
@@ -551,7 +552,9 @@ void Agent::StartAttemptLocked(const json& a) {
   spec.term_grace = std::chrono::seconds(a.value("graceSeconds", int64_t{10}));
   local.log_path = spec.log_path;
 
-  Status s = sup_->Start(spec);
+  // A replica's certificate and key, once its working dir has its owner (replica_tls.h).
+  Status s = WriteReplicaTls(a.value("tls", json()), spec.working_dir, &spec.env);
+  if (s.ok()) s = sup_->Start(spec);
   if (!s.ok()) {
     spdlog::error("agent: cannot start attempt {}: {}", id, s.ToString());
     local.start_error = s.ToString();
