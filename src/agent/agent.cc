@@ -19,6 +19,7 @@
 
 #include "core/thread_name.h"
 #include "agent/host_metrics.h"
+#include "agent/replica_tls.h"
 
 namespace aicloud::agent {
 namespace {
@@ -626,6 +627,8 @@ void Agent::StartAttemptLocked(const json& a) {
                  ? OkStatus()
                  : InvalidArgumentError("unknown isolation \"" + isolation + "\"");
   if (s.ok() && uids_) s = SandboxAttemptLocked(local.tenant, &spec);
+  // A replica's certificate and key, once its working dir has its owner (replica_tls.h).
+  if (s.ok()) s = WriteReplicaTls(a.value("tls", json()), spec.working_dir, &spec.env);
   if (s.ok()) s = sup_->Start(spec);
   if (!s.ok()) {
     spdlog::error("agent: cannot start attempt {}: {}", id, s.ToString());

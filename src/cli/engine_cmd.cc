@@ -265,10 +265,13 @@ void AddEngine(CLI::App& app, int* exit_code) {
     // must take as many as the engine admits (running + waiting): otherwise requests queue in
     // the HTTP layer where the engine's waiting gauge — what autoscalers read — cannot see them.
     const int workers = f->max_num_seqs + f->max_waiting + 8;
-    StatusOr<std::unique_ptr<engine::EngineServer>> server =
-        engine::EngineServer::Start(e->get(), {.host = f->host, .port = static_cast<uint16_t>(f->port),
-                                               .worker_threads = workers},
-                                    api_key);
+    http::ServerOptions so{.host = f->host, .port = static_cast<uint16_t>(f->port), .worker_threads = workers};
+    StatusOr<bool> tls = engine::TlsFromEnvironment(&so);  // a replica of a cluster with TLS
+    if (!tls.ok()) {
+      *exit_code = Fail(tls.status());
+      return;
+    }
+    StatusOr<std::unique_ptr<engine::EngineServer>> server = engine::EngineServer::Start(e->get(), so, api_key);
     if (!server.ok()) {
       *exit_code = Fail(server.status());
       return;
@@ -279,7 +282,9 @@ void AddEngine(CLI::App& app, int* exit_code) {
                              (*e)->model_name(), (*e)->config().num_hidden_layers, (*e)->config().hidden_size,
                              (*e)->config().vocab_size, load_s, (*e)->kv_cache_blocks(), o.block_size,
                              (*e)->max_model_len())
-              << fmt::format("aicloud engine listening on http://{}:{}\n", f->host, (*server)->port()) << std::flush;
+              << fmt::format("aicloud engine listening on {}://{}:{}\n", *tls ? "https" : "http", f->host,
+                             (*server)->port())
+              << std::flush;
     int sig = 0;
     sigwait(&set, &sig);
     std::cout << "aicloud engine: stopping\n";

@@ -6,10 +6,13 @@
 #include <fstream>
 #include <random>
 
+#include <spdlog/spdlog.h>
+
 #include "core/thread_name.h"
 #include "cluster/catalog.h"
 #include "control/deployment.h"
 #include "control/node_autoscaler.h"
+#include "control/replica_ca.h"
 #include "control/replica_secret.h"
 #include "sched/profile.h"
 #include "sched/registry.h"
@@ -895,6 +898,7 @@ StatusOr<json> ControlPlane::RegisterNode(const std::string& name, const json& s
   // An address the operator set on the Node stays unless the agent reports one.
   if (!s.contains("address") && cur.ok() && (*cur)["spec"].contains("address")) s["address"] = (*cur)["spec"]["address"];
   obj["spec"] = s;
+  n->address = s.contains("address") && s["address"].is_string() ? s["address"].get<std::string>() : "";
   n->epoch = RandomId(8);
   n->registered = true;
   n->ready = true;
@@ -983,6 +987,11 @@ json ControlPlane::AttemptJson(const Job& job, const Worker& w) const {
       env[kReplicaSecretEnv] = options_.replica_secrets->For(job.tenant, job.name, job.uid);
     }
   }
+  json tls;
+  if (options_.replica_ca != nullptr) {
+    const json labels = job.object.value("metadata", json::object()).value("labels", json::object());
+    if (labels.is_object() && labels.contains(kDeploymentLabel)) tls = ReplicaTlsJson(job, w);
+  }
   json gpus = json::array();
   for (const cluster::GpuShare& g : w.alloc.gpus) {
     json gj = {{"index", g.gpu}, {"milli", g.milli}};
@@ -993,10 +1002,37 @@ json ControlPlane::AttemptJson(const Job& job, const Worker& w) const {
     }
     gpus.push_back(gj);
   }
-  return {{"attempt", w.attempt}, {"tenant", job.tenant}, {"job", job.name}, {"worker", index},
-          {"argv", s.argv}, {"env", env}, {"workingDir", s.working_dir},
-          {"cpuMillis", w.alloc.cpu_milli}, {"memoryBytes", w.alloc.mem_mib << 20},
-          {"gpus", gpus}, {"graceSeconds", s.grace_seconds}, {"isolation", s.isolation}};
+  json out = {{"attempt", w.attempt}, {"tenant", job.tenant}, {"job", job.name}, {"worker", index},
+              {"argv", s.argv}, {"env", env}, {"workingDir", s.working_dir},
+              {"cpuMillis", w.alloc.cpu_milli}, {"memoryBytes", w.alloc.mem_mib << 20},
+              {"gpus", gpus}, {"graceSeconds", s.grace_seconds}, {"isolation", s.isolation}};
+  if (!tls.is_null()) out["tls"] = std::move(tls);
+  return out;
+}
+
+json ControlPlane::ReplicaTlsJson(const Job& job, const Worker& w) const {
+  if (auto it = replica_tls_.find(w.attempt); it != replica_tls_.end()) return it->second;
+  // The replica is reached at its node's address (the deployment controller's default when the
+  // node reports none), and that is what its certificate names.
+  std::string address = "127.0.0.1";
+  if (auto n = nodes_.find(w.node); n != nodes_.end() && !n->second.address.empty()) address = n->second.address;
+  StatusOr<ReplicaCert> cert = options_.replica_ca->Issue(address, job.tenant, job.name);
+  if (!cert.ok()) {
+    spdlog::error("replica {}/{} attempt {}: no TLS certificate: {}", job.tenant, job.name, w.attempt,
+                  std::string(cert.status().message()));
+    return json();
+  }
+  if (replica_tls_.size() >= 64) {
+    std::erase_if(replica_tls_, [&](const auto& kv) {
+      for (const auto& [name, node] : nodes_) {
+        if (node.attempts.count(kv.first)) return false;
+      }
+      return true;
+    });
+  }
+  json tls = {{"cert", std::move(cert->cert_pem)}, {"key", std::move(cert->key_pem)}};
+  replica_tls_[w.attempt] = tls;
+  return tls;
 }
 
 StatusOr<json> ControlPlane::WaitAssignments(const std::string& node, const std::string& epoch,

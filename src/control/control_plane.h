@@ -51,12 +51,18 @@ namespace aicloud::control {
 using nlohmann::json;
 
 class ReplicaSecrets;
+class ReplicaCa;
+struct ReplicaCert;
 
 struct ControlOptions {
   std::string data_dir;  // job logs go to data_dir/logs/<attempt>.log
   // Attempts of Deployment replica Jobs (label aicloud/deployment) get their replica secret in
   // AICLOUD_REPLICA_SECRET (replica_secret.h). nullptr: none (replicas then answer anyone).
   const ReplicaSecrets* replica_secrets = nullptr;
+  // Set when the cluster has TLS: attempts of Deployment replica Jobs also get a certificate for
+  // their node's address, issued by this CA, in the assignment's "tls": {"cert", "key"} (PEM),
+  // never in the stored Job (replica_ca.h). nullptr: replicas serve plain HTTP.
+  const ReplicaCa* replica_ca = nullptr;
   std::chrono::milliseconds node_grace{40000};
   std::string policy = "bestfit";
   std::chrono::milliseconds tick{100};
@@ -188,6 +194,7 @@ class ControlPlane {
     bool ready = false;
     bool cordoned = false;
     bool registered = false;  // an agent registered since this server started
+    std::string address;      // spec.address as last registered ("" when none)
     json metrics;
     uint64_t version = 0;
     std::set<std::string> attempts;  // current attempts placed here
@@ -220,6 +227,9 @@ class ControlPlane {
              const std::string& message);
   json StatusOf(const Job& job) const;
   json AttemptJson(const Job& job, const Worker& w) const;
+  // The certificate of a replica attempt (issued once per attempt, then cached); "tls" of its
+  // assignment. null json when it cannot be issued (logged).
+  json ReplicaTlsJson(const Job& job, const Worker& w) const;
   std::string LogPath(const std::string& attempt) const;
   Node* FindNode(const std::string& name);
   Status AddClusterNode(Node& node, const json& spec);
@@ -253,6 +263,9 @@ class ControlPlane {
   std::vector<Report> reports_;
   std::vector<json> events_;  // Event objects to create on the next flush
   std::set<std::string> to_publish_;
+  // Replica attempts' certificates ({"cert", "key"}), issued once per attempt; entries of
+  // attempts no node runs any more are dropped as new ones come. GUARDED_BY(mu_)
+  mutable std::map<std::string, json> replica_tls_;
   int64_t next_seq_ = 0;
   int64_t next_uid_ = 1;
   // Moves whenever capacity may have grown (a node added, changed or back, resources freed, a

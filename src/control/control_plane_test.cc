@@ -1,6 +1,7 @@
 #include "control/control_plane.h"
 #include "control/deployment.h"
 #include "control/node_autoscaler.h"
+#include "control/replica_ca.h"
 #include "control/replica_secret.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +46,7 @@ class ControlPlaneTest : public ::testing::Test {
     cp_ = std::make_unique<ControlPlane>(&store_, &clock_, &metrics_,
                                          ControlOptions{.data_dir = dir_.string(),
                                                         .replica_secrets = &secrets_,
+                                                        .replica_ca = ca_.get(),
                                                         .node_grace = std::chrono::seconds(40),
                                                         .policy = "bestfit",
                                                         .tick = milliseconds(10)});
@@ -82,6 +84,7 @@ class ControlPlaneTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   ReplicaSecrets secrets_{"a-cluster-key-for-tests-0123456789abcdef"};
+  std::unique_ptr<ReplicaCa> ca_;  // set (then Restart): the cluster has TLS
   store::MemoryStore store_;
   FakeClock clock_{1'000'000};
   Metrics metrics_;
@@ -172,6 +175,61 @@ TEST_F(ControlPlaneTest, IsolationTravelsToTheAgentAndOomKillsAreNamed) {
   EXPECT_EQ(a[0]["isolation"], "none");
   Report("a", e, a[0]["attempt"], "Failed", 1);
   EXPECT_EQ(JobNow("plain")["status"]["reason"], "WorkerFailed");
+}
+
+// With TLS, a replica's assignment (never its Job) carries a certificate for its node's address
+// and its key; other jobs' do not, and without TLS none does (see the test above: no "tls").
+TEST_F(ControlPlaneTest, ReplicaAttemptsGetACertificateOnlyWhenTheClusterHasTls) {
+  const json small = {{"cpu", "100m"}, {"memory", "64Mi"}};
+  json spec = GpuNodeSpec(2);
+  spec["address"] = "10.0.0.7";
+  StatusOr<json> reg = cp_->RegisterNode("gpu-1", spec);
+  ASSERT_TRUE(reg.ok());
+  json replica = JobObject("chat-r1", {{"command", "sleep 60"}, {"resources", small}});
+  replica["metadata"]["labels"] = {{kDeploymentLabel, "chat"}};
+  ASSERT_TRUE(store_.Create(replica).ok());
+  cp_->Sync();
+  json attempts = Assigned("gpu-1", (*reg)["epoch"]);
+  ASSERT_EQ(attempts.size(), 1u);
+  EXPECT_FALSE(attempts[0].contains("tls")) << "no TLS configured: no certificate";
+
+  StatusOr<ReplicaCa> ca = ReplicaCa::Generate();
+  ASSERT_TRUE(ca.ok());
+  ca_ = std::make_unique<ReplicaCa>(*ca);
+  Restart();
+  reg = cp_->RegisterNode("gpu-1", spec);
+  ASSERT_TRUE(reg.ok());
+  Submit("plain", {{"command", "sleep 60"}, {"resources", small}});
+  json replica2 = JobObject("chat-r2", {{"command", "sleep 60"}, {"resources", small}});
+  replica2["metadata"]["labels"] = {{kDeploymentLabel, "chat"}};
+  ASSERT_TRUE(store_.Create(replica2).ok());
+  cp_->Sync();
+  attempts = Assigned("gpu-1", (*reg)["epoch"]);
+  bool chat_r2 = false;  // (chat-r1 may have been requeued by the restart)
+  for (const json& a : attempts) {
+    if (a["job"] == "plain") {
+      EXPECT_FALSE(a.contains("tls")) << a.dump();
+      continue;
+    }
+    ASSERT_TRUE(a.contains("tls")) << a.dump();
+    chat_r2 |= a["job"] == "chat-r2";
+    const std::string cert = a["tls"]["cert"], key = a["tls"]["key"];
+    EXPECT_NE(cert.find("BEGIN CERTIFICATE"), std::string::npos);
+    EXPECT_NE(key.find("PRIVATE KEY"), std::string::npos);
+    EXPECT_TRUE(cert.ends_with(ca_->ca_pem())) << "the chain ends with the CA";
+    EXPECT_FALSE(a["env"].dump().find("PRIVATE KEY") != std::string::npos);
+    // Asked again, the same attempt gets the same certificate (issued once).
+    json again = Assigned("gpu-1", (*reg)["epoch"]);
+    for (const json& b : again) {
+      if (b["attempt"] == a["attempt"]) {
+        EXPECT_EQ(b["tls"]["cert"], cert);
+      }
+    }
+    const json stored = JobNow(a["job"].get<std::string>());
+    EXPECT_EQ(stored.dump().find("PRIVATE KEY"), std::string::npos);
+    EXPECT_EQ(stored.dump().find(key.substr(40, 40)), std::string::npos);
+  }
+  EXPECT_TRUE(chat_r2) << attempts.dump();
 }
 
 TEST_F(ControlPlaneTest, NodeAddressFromTheAgentOrKeptFromTheOperator) {

@@ -410,10 +410,10 @@ ReplicaProbe ParseEngineMetrics(std::string_view text) {
   return p;
 }
 
-Prober HttpProber(std::chrono::milliseconds timeout) {
-  return [timeout](const std::string& base_url, const std::string& secret) {
+Prober HttpProber(std::chrono::milliseconds timeout, std::string ca_pem) {
+  return [timeout, ca_pem = std::move(ca_pem)](const std::string& base_url, const std::string& secret) {
     ReplicaProbe p;
-    http::Client c(base_url, {.timeout = timeout});
+    http::Client c(base_url, {.ca_pem = ca_pem, .timeout = timeout});
     http::Headers headers;
     if (!secret.empty()) headers.emplace_back("Authorization", "Bearer " + secret);
     StatusOr<http::ClientResponse> h = c.Send("GET", "/health", "", headers);
@@ -463,7 +463,7 @@ DeploymentController::DeploymentController(store::Store* store, Clock* clock, Me
       clock_(clock),
       metrics_(metrics),
       options_(std::move(options)),
-      prober_(prober ? std::move(prober) : HttpProber(std::chrono::milliseconds(2000))),
+      prober_(prober ? std::move(prober) : HttpProber(std::chrono::milliseconds(2000), options_.replica_ca_pem)),
       on_jobs_changed_(std::move(on_jobs_changed)),
       serial_(static_cast<uint64_t>(clock->NowMicros())) {
   autoscaler_offset_s_ = options_.autoscaler_clock_offset_s.value_or(
@@ -630,7 +630,8 @@ std::string DeploymentController::ReplicaUrl(const json& job, std::map<std::stri
     if (n.ok()) addr = n->value("spec", json::object()).value("address", addr);
     it = node_addresses->emplace(node, addr).first;
   }
-  return "http://" + it->second + ":" + Label(job, kPortLabel);
+  const char* scheme = options_.replica_ca_pem.empty() ? "http://" : "https://";
+  return scheme + it->second + ":" + Label(job, kPortLabel);
 }
 
 void DeploymentController::Reconcile(const json& deployment, const std::vector<json>& replicas,
@@ -1022,6 +1023,7 @@ void DeploymentController::Reconcile(const json& deployment, const std::vector<j
     route.canary_revision = revision;
     route.canary_weight = spec->canary_weight;
   }
+  route.ca_pem = options_.replica_ca_pem;
   int replicas_n = 0, ready_n = 0, canary_n = 0, canary_ready = 0;
   json endpoints = json::array();
   for (const Replica& r : current) {

@@ -83,10 +83,12 @@ struct ReplicaProbe {
   LatencyHistogram itl;          // vllm:inter_token_latency_seconds (time per output token)
 };
 
-// (base_url "http://127.0.0.1:21000", the replica's secret: "" for none) -> probe. The default
-// uses http::Client with a short timeout and presents the secret as "Authorization: Bearer".
+// (base_url "http://127.0.0.1:21000" or "https://...", the replica's secret: "" for none) ->
+// probe. The default uses http::Client with a short timeout and presents the secret as
+// "Authorization: Bearer"; https replicas must present a certificate of the CA `ca_pem` (the
+// cluster's replica CA, replica_ca.h) for their address.
 using Prober = std::function<ReplicaProbe(const std::string& base_url, const std::string& secret)>;
-Prober HttpProber(std::chrono::milliseconds timeout);
+Prober HttpProber(std::chrono::milliseconds timeout, std::string ca_pem = "");
 
 // Gives a new autoscaler's forecaster the profile kept in a Deployment's status.forecast
 // ({periodS, binS, learnedBins, profile, and once a burst came peaks and burstDays}).
@@ -125,7 +127,7 @@ nlohmann::json ObservedStatus(const std::vector<const Observed*>& replicas, cons
 
 struct ServingEndpoint {
   std::string replica;  // the replica job's name
-  std::string url;      // http://host:port
+  std::string url;      // http://host:port, or https://host:port when the cluster has TLS
   bool ready = false;
   std::string revision;
   std::string secret;   // what the replica demands (replica_secret.h); never in status.endpoints
@@ -142,6 +144,8 @@ struct ServingRoute {
   // others (the stable revision) the rest. Empty when no canary runs.
   std::string canary_revision;
   int canary_weight = 0;
+  // The CA the https endpoints' certificates chain to (PEM); "" when the cluster has no TLS.
+  std::string ca_pem;
 };
 
 // Failed probes in a row before a ready replica counts as not ready.
@@ -168,6 +172,10 @@ struct DeploymentControllerOptions {
   // Each replica's secret, presented by the probes and published in Routes() for the gateways.
   // nullptr: replicas have none.
   const ReplicaSecrets* replica_secrets = nullptr;
+  // The replica CA's certificate (PEM) when the cluster has TLS: replicas are reached at
+  // https:// URLs, probed trusting this CA, and it goes with every route to the gateways.
+  // "": plain http.
+  std::string replica_ca_pem;
   std::chrono::milliseconds tick{1000};
   int port_base = 21000;  // replica engines listen on ports from here
   int port_count = 4000;

@@ -2,6 +2,7 @@
 #include "control/deployment_controller.h"
 #include "control/job.h"
 #include "control/manifest.h"
+#include "control/gateway_feed.h"
 #include "control/replica_secret.h"
 
 #include <gtest/gtest.h>
@@ -242,6 +243,7 @@ class DeploymentControllerTest : public ::testing::Test {
         &store_, &clock_, &metrics_,
         DeploymentControllerOptions{.engine_binary = "/bin/aicloud",
                                     .replica_secrets = &secrets_,
+                                    .replica_ca_pem = ca_pem_,
                                     .node_metrics = [this](const std::string& node) { return node_metrics_.value(node, json()); },
                                     .autoscaler_clock_offset_s = autoscaler_clock_offset_s},
         [this](const std::string& url, const std::string& secret) {
@@ -332,6 +334,7 @@ class DeploymentControllerTest : public ::testing::Test {
   std::map<std::string, int> probes_;
   std::map<std::string, std::string> probe_secrets_;  // url -> the secret its last probe presented
   ReplicaSecrets secrets_{"0123456789abcdef0123456789abcdef-test-key"};
+  std::string ca_pem_;  // set (then Restart): the cluster has TLS
   std::unique_ptr<DeploymentController> dc_;
 };
 
@@ -354,6 +357,36 @@ TEST_F(DeploymentControllerTest, TheDefaultAutoscalerLeavesAnUnusedDeploymentAtZ
   dc_->Turn();
   EXPECT_EQ(Replicas().size(), 1u);
   EXPECT_EQ(Status()["lastScale"]["reason"], "2 request(s) held at the gateway with no ready replica") << Status().dump();
+}
+
+// With the cluster's TLS, replicas are probed at https:// URLs, and the routes (and their JSON for
+// the gateways) mark them so and carry the replica CA once; without it, nothing of that.
+TEST_F(DeploymentControllerTest, WithTlsReplicasAreReachedOverHttpsAndRoutesCarryTheCa) {
+  Apply({{"model", "/m"}, {"replicas", {{"min", 1}, {"max", 1}}}});
+  dc_->Turn();
+  ASSERT_EQ(Replicas().size(), 1u);
+  RunAll();
+  dc_->Turn();
+  const std::string port = Replicas()[0]["metadata"]["labels"][kPortLabel];
+  EXPECT_GT(probes_["http://127.0.0.1:" + port], 0);
+  json plain = ServingRouteJson(dc_->Routes().at(0));
+  EXPECT_FALSE(plain.contains("replicaCa")) << plain.dump();
+  EXPECT_FALSE(plain["replicas"][0].contains("tls")) << plain.dump();
+
+  ca_pem_ = "-----BEGIN CERTIFICATE-----\nthe replica CA\n-----END CERTIFICATE-----\n";
+  Restart();
+  dc_->Turn();
+  EXPECT_GT(probes_["https://127.0.0.1:" + port], 0);
+  std::vector<ServingRoute> routes = dc_->Routes();
+  ASSERT_EQ(routes.size(), 1u);
+  EXPECT_EQ(routes[0].ca_pem, ca_pem_);
+  ASSERT_EQ(routes[0].endpoints.size(), 1u);
+  EXPECT_EQ(routes[0].endpoints[0].url, "https://127.0.0.1:" + port);
+  json j = ServingRouteJson(routes[0]);
+  EXPECT_EQ(j["replicaCa"], ca_pem_);
+  EXPECT_EQ(j["replicas"][0]["url"], "127.0.0.1:" + port);
+  EXPECT_EQ(j["replicas"][0]["tls"], true);
+  EXPECT_EQ(Status().dump().find("the replica CA"), std::string::npos);
 }
 
 // Each replica's secret is derived from its Job's identity: the probes present it, the routes the

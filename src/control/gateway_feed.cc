@@ -32,23 +32,31 @@ constexpr std::chrono::milliseconds kRecheck{100};
 
 json ServingRouteJson(const ServingRoute& r) {
   json replicas = json::array();
+  bool any_tls = false;
   for (const ServingEndpoint& e : r.endpoints) {
     std::string url = e.url;
+    const bool tls = url.rfind("https://", 0) == 0;
+    if (tls) url = url.substr(8);
     if (url.rfind("http://", 0) == 0) url = url.substr(7);
     json replica = {{"id", e.replica},
                     {"url", url},
                     {"ready", e.ready},
                     {"canary", !r.canary_revision.empty() && e.revision == r.canary_revision}};
     if (!e.secret.empty()) replica["secret"] = e.secret;
+    if (tls) replica["tls"] = true;
+    any_tls |= tls;
     replicas.push_back(std::move(replica));
   }
-  return {{"deployment", r.tenant + "/" + r.deployment},
-          {"tenant", r.tenant},
-          {"model", r.model},
-          {"adapters", r.adapters},
-          {"maxAdapters", std::max<int>(4, static_cast<int>(r.adapters.size()))},
-          {"canaryWeight", r.canary_weight},
-          {"replicas", std::move(replicas)}};
+  json out = {{"deployment", r.tenant + "/" + r.deployment},
+              {"tenant", r.tenant},
+              {"model", r.model},
+              {"adapters", r.adapters},
+              {"maxAdapters", std::max<int>(4, static_cast<int>(r.adapters.size()))},
+              {"canaryWeight", r.canary_weight},
+              {"replicas", std::move(replicas)}};
+  // Once per route (not per replica): the CA its https replicas' certificates chain to.
+  if (any_tls && !r.ca_pem.empty()) out["replicaCa"] = r.ca_pem;
+  return out;
 }
 
 GatewayFeed::GatewayFeed(store::Store* store, auth::AuthService* auth, DeploymentController* deployments,

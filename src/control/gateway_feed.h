@@ -43,7 +43,11 @@
 
 namespace aicloud::control {
 
-// The JSON of one served route, as the feed sends it and the server's front door reads it.
+// The JSON of one served route, as the feed sends it and the server's front door reads it:
+// {deployment, tenant, model, adapters, maxAdapters, canaryWeight, replicas: [{id, url
+// ("host:port"), ready, canary, secret?, tls?}], replicaCa?}. When the cluster has TLS each
+// replica has "tls": true (call it over https) and the route carries, once, "replicaCa": the PEM
+// of the CA their certificates must chain to (gateway::RouteFromJson).
 nlohmann::json ServingRouteJson(const ServingRoute& route);
 
 // Thread-safe.

@@ -33,10 +33,17 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
   StatusOr<ReplicaSecrets> secrets = ReplicaSecrets::Load(s->store_.get());
   if (!secrets.ok()) return Status(secrets.status().code(), "replica secrets: " + std::string(secrets.status().message()));
   s->replica_secrets_ = std::make_unique<ReplicaSecrets>(std::move(*secrets));
+  // A cluster with TLS encrypts the gateway's traffic to replicas too (replica_ca.h).
+  if (!config.tls_cert_file.empty()) {
+    StatusOr<ReplicaCa> ca = ReplicaCa::Load(s->store_.get());
+    if (!ca.ok()) return ca.status();
+    s->replica_ca_ = std::make_unique<ReplicaCa>(std::move(*ca));
+  }
   s->control_ = std::make_unique<ControlPlane>(
       s->store_.get(), &s->clock_, &s->metrics_,
       ControlOptions{.data_dir = config.data_dir,
                      .replica_secrets = s->replica_secrets_.get(),
+                     .replica_ca = s->replica_ca_.get(),
                      .node_grace = config.node_grace,
                      .policy = config.policy});
   AICLOUD_RETURN_IF_ERROR(s->control_->Start());
@@ -51,6 +58,7 @@ StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(ServerConfig config) {
       s->store_.get(), &s->clock_, &s->metrics_,
       DeploymentControllerOptions{.engine_binary = engine,
                                   .replica_secrets = s->replica_secrets_.get(),
+                                  .replica_ca_pem = s->replica_ca_ ? s->replica_ca_->ca_pem() : std::string(),
                                   .tick = config.deployment_tick,
                                   .admit = [st = s->store_.get(), cp](const nlohmann::json& job, double unseen_gpus,
                                                                       std::string* warning) {

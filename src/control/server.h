@@ -20,6 +20,7 @@
 #include "control/api.h"
 #include "control/control_plane.h"
 #include "control/deployment_controller.h"
+#include "control/replica_ca.h"
 #include "control/replica_secret.h"
 #include "core/clock.h"
 #include "core/metrics.h"
@@ -61,6 +62,8 @@ class ApiServer {
   void Stop();
 
   uint16_t port() const;
+  // The replica CA when the server has TLS (replicas serve HTTPS with its certificates); else null.
+  const ReplicaCa* replica_ca() const { return replica_ca_.get(); }
   std::string url() const;  // http(s)://host:port
   // The admin token when this start bootstrapped an empty data dir (print it once).
   const std::optional<std::string>& bootstrap_token() const { return bootstrap_token_; }
@@ -83,6 +86,7 @@ class ApiServer {
   std::unique_ptr<auth::AuthService> auth_;
   std::unique_ptr<auth::AuditLog> audit_;
   std::unique_ptr<ReplicaSecrets> replica_secrets_;
+  std::unique_ptr<ReplicaCa> replica_ca_;  // only when the server has TLS
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<DeploymentController> deployments_;
   std::unique_ptr<GatewayFeed> gateway_feed_;

@@ -85,6 +85,13 @@ StatusOr<Route> RouteFromJson(const json& j) {
   }
   r.max_adapters = j.value("maxAdapters", 0);
   r.canary_weight = std::min(100, j.value("canaryWeight", 0));
+  std::shared_ptr<const http::TlsTrust> trust;  // from "replicaCa", for replicas with "tls"
+  if (j.contains("replicaCa")) {
+    if (!j["replicaCa"].is_string()) return InvalidArgumentError("replicaCa: expected a PEM string");
+    StatusOr<std::shared_ptr<const http::TlsTrust>> t = http::TlsTrust::ForCaPem(j["replicaCa"].get<std::string>());
+    if (!t.ok()) return InvalidArgumentError("replicaCa: " + std::string(t.status().message()));
+    trust = std::move(*t);
+  }
   if (j.contains("replicas")) {
     if (!j["replicas"].is_array()) return InvalidArgumentError("replicas: expected an array");
     for (size_t i = 0; i < j["replicas"].size(); ++i) {
@@ -94,12 +101,14 @@ StatusOr<Route> RouteFromJson(const json& j) {
           e["url"].get<std::string>().empty()) {
         return InvalidArgumentError(at + ": expected {id, url, ready, canary}");
       }
-      for (const char* f : {"ready", "canary"}) {
+      for (const char* f : {"ready", "canary", "tls"}) {
         if (e.contains(f) && !e[f].is_boolean()) return InvalidArgumentError(at + "." + f + ": expected true or false");
       }
       if (e.contains("secret") && !e["secret"].is_string()) return InvalidArgumentError(at + ".secret: expected a string");
+      const bool tls = e.value("tls", false);
+      if (tls && !trust) return InvalidArgumentError(at + ".tls: the route has no replicaCa to verify it with");
       r.replicas.push_back({e["id"].get<std::string>(), e["url"].get<std::string>(), e.value("ready", false),
-                            e.value("canary", false), e.value("secret", std::string())});
+                            e.value("canary", false), e.value("secret", std::string()), tls ? trust : nullptr});
     }
   }
   return r;

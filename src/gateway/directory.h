@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "http/tls_trust.h"
 
 namespace aicloud::gateway {
 
@@ -36,6 +37,9 @@ struct ReplicaInfo {
   // What the replica demands as "Authorization: Bearer <secret>" on every request (the platform's
   // replica secret, control/replica_secret.h); "" for a replica that demands none.
   std::string secret;
+  // Set: the replica serves HTTPS only, with a certificate for its address that this trust
+  // verifies (the cluster's replica CA); it is never called over plain HTTP. null: plain HTTP.
+  std::shared_ptr<const http::TlsTrust> tls;
 };
 
 // One deployment as the gateway sees it.

@@ -672,7 +672,7 @@ std::shared_ptr<ReplicaState> Gateway::PickReplica(Call& call, const Route& rout
   for (const ReplicaInfo& r : route.replicas) {
     if (!r.ready || std::find(tried.begin(), tried.end(), r.url) != tried.end()) continue;
     if (side >= 0 && r.canary != (side == 1)) continue;
-    std::shared_ptr<ReplicaState> s = replicas_.Get(r.url);
+    std::shared_ptr<ReplicaState> s = replicas_.Get(r.url, r.tls);
     const EngineMetrics m = s->metrics();
     const int in_flight = s->in_flight.load(std::memory_order_relaxed);
     fleet::ReplicaView v;
@@ -816,7 +816,7 @@ void Gateway::TryNextReplica(std::shared_ptr<AsyncForward> f) {
                    ++f->attempt;
                    TryNextReplica(std::move(f));
                  },
-                 f->client_gone);
+                 f->client_gone, r->tls());
 }
 
 // A unary call whose client went away while a replica worked on it: the replica's call was
@@ -1094,28 +1094,34 @@ http::Response Gateway::Streaming(Call& call, const Route& route) {
 void Gateway::Background() {
   using std::chrono::milliseconds;
   if (options_.scrape_period.count() <= 0) return;
-  std::map<std::string, std::unique_ptr<http::Client>> scrapers;
+  // Per replica url: the trust its client was made with (null: plain http) and the client.
+  std::map<std::string, std::pair<std::shared_ptr<const http::TlsTrust>, std::unique_ptr<http::Client>>> scrapers;
   for (;;) {
     const auto next_scrape = SteadyClock::now() + options_.scrape_period;
     std::vector<std::string> urls;
     std::vector<std::string> secrets;
+    std::vector<std::shared_ptr<const http::TlsTrust>> trusts;
     for (const std::shared_ptr<const Route>& r : deps_.directory->List()) {
       for (const ReplicaInfo& rep : r->replicas) {
         urls.push_back(rep.url);
         secrets.push_back(rep.secret);
+        trusts.push_back(rep.tls);
       }
     }
     for (size_t i = 0; i < urls.size(); ++i) {
       const std::string& url = urls[i];
-      std::unique_ptr<http::Client>& c = scrapers[url];
-      if (!c) {
-        c = std::make_unique<http::Client>(
-            "http://" + url, http::ClientOptions{.timeout = std::min(milliseconds(1000), options_.scrape_period * 2)});
+      auto& [trust, c] = scrapers[url];
+      if (!c || trust != trusts[i]) {
+        const milliseconds timeout = std::min(milliseconds(1000), options_.scrape_period * 2);
+        trust = trusts[i];
+        c = trust ? std::make_unique<http::Client>("https://" + url, http::ClientOptions{.ca_pem = trust->ca_pem(),
+                                                                                         .timeout = timeout})
+                  : std::make_unique<http::Client>("http://" + url, http::ClientOptions{.timeout = timeout});
       }
       http::Headers auth;
       if (!secrets[i].empty()) auth.emplace_back("Authorization", "Bearer " + secrets[i]);
       StatusOr<http::ClientResponse> m = c->Send("GET", "/metrics", "", auth);
-      std::shared_ptr<ReplicaState> s = replicas_.Get(url);
+      std::shared_ptr<ReplicaState> s = replicas_.Get(url, trusts[i]);
       if (m.ok() && m->status == 200) s->SetMetrics(ParseEngineMetrics(m->body));
       else s->SetMetrics({});
     }

@@ -4,6 +4,9 @@
 #include "http/usage_header.h"
 
 #include <gtest/gtest.h>
+#include <cstdlib>
+#include <fstream>
+#include <filesystem>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "gateway/control_link.h"
 #include "gateway/errors.h"
 #include "http/client.h"
 #include "http/sse.h"
@@ -37,6 +41,7 @@ struct FakeEngineOptions {
   int unary_status = 200;       // else a unary answer is this error
   std::string usage_header;     // when set, a unary answer's x-aicloud-usage value
   std::string secret;           // when set, demanded as "authorization: Bearer <secret>" (else 401)
+  std::string tls_cert_file, tls_key_file;  // when set, HTTPS only
 };
 
 class FakeEngine {
@@ -50,7 +55,8 @@ class FakeEngine {
       std::lock_guard<std::mutex> lock(mu_);
       return http::Response::Text(200, metrics_);
     });
-    auto s = http::Server::Start({.worker_threads = 16}, [this](http::Request& r) {
+    auto s = http::Server::Start({.worker_threads = 16, .tls_cert_file = o_.tls_cert_file, .tls_key_file = o_.tls_key_file},
+                                 [this](http::Request& r) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         authorizations_.insert(std::string(r.HeaderView("authorization")));
@@ -334,6 +340,92 @@ TEST(Gateway, ReplicasGetTheirSecretAndNeverTheCallersKey) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->status, 200) << r->body;
   }
+}
+
+// Two replica CAs, each with a leaf for 127.0.0.1, made with the openssl CLI; "" when it is missing.
+std::string MakeReplicaCerts() {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) return "";
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("gw-tls-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/ext") << "subjectAltName=IP:127.0.0.1\n";
+  const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+  for (const std::string ca : {"ca1", "ca2"}) {
+    const std::string d = dir + "/" + ca;
+    const std::string cmd = "openssl req -x509" + ec + " -keyout " + d + "-key.pem -out " + d + ".pem -days 1 -subj /CN=" + ca +
+                            " && openssl req" + ec + " -keyout " + d + "-leaf-key.pem -out " + d + ".csr -subj /CN=replica" +
+                            " && openssl x509 -req -in " + d + ".csr -CA " + d + ".pem -CAkey " + d + "-key.pem -CAcreateserial" +
+                            " -days 1 -extfile " + dir + "/ext -out " + d + "-leaf.pem >/dev/null 2>&1";
+    if (std::system(("(" + cmd + ") >/dev/null 2>&1").c_str()) != 0) return "";
+  }
+  return dir;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// With the cluster's TLS, replicas are called over HTTPS, verified against the replica CA: unary
+// (the fast path) and streamed calls and the /metrics scrapes get through; a replica whose
+// certificate another CA signed gets nothing (502, no fall back to plain HTTP).
+TEST(Gateway, ForwardsToTlsReplicasAndRefusesAnotherCasCertificate) {
+  const std::string dir = MakeReplicaCerts();
+  ASSERT_FALSE(dir.empty()) << "the openssl CLI (scripts/setup installs it) makes the test's certificates";
+  FakeEngine good({.secret = "s", .tls_cert_file = dir + "/ca1-leaf.pem", .tls_key_file = dir + "/ca1-leaf-key.pem"});
+  FakeEngine foreign({.secret = "s", .tls_cert_file = dir + "/ca2-leaf.pem", .tls_key_file = dir + "/ca2-leaf-key.pem"});
+  good.SetMetrics(0, 0, 0);
+  StatusOr<std::shared_ptr<const http::TlsTrust>> trust = http::TlsTrust::ForCaPem(ReadFile(dir + "/ca1.pem"));
+  ASSERT_TRUE(trust.ok()) << trust.status();
+  GatewayOptions o;
+  o.scrape_period = milliseconds(10);
+  Harness h(o);
+  ReplicaInfo r{"good", good.url(), true};
+  r.secret = "s";
+  r.tls = *trust;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {r})).ok());
+  h.AddKey("caller-key", {.key_id = "k", .tenant = "t"});
+  for (int i = 0; i < 4; ++i) {
+    StatusOr<http::ClientResponse> res = h.Post("caller-key", Harness::Chat("m", "hi", 5, /*stream=*/i % 2 == 1));
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_EQ(res->status, 200) << res->body;
+    if (i % 2 == 1) {
+      EXPECT_NE(res->body.find("data: [DONE]"), std::string::npos) << res->body;
+    }
+  }
+  EXPECT_EQ(good.requests.load(), 4);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (good.scrapes.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_GT(good.scrapes.load(), 0);
+
+  ReplicaInfo f{"foreign", foreign.url(), true};
+  f.secret = "s";
+  f.tls = *trust;
+  ASSERT_TRUE(h.dir.Upsert(OneModel("m", "t", {f})).ok());
+  for (bool stream : {false, true}) {
+    StatusOr<http::ClientResponse> res = h.Post("caller-key", Harness::Chat("m", "hi", 5, stream));
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_EQ(res->status, 502) << res->body;
+  }
+  EXPECT_EQ(foreign.requests.load(), 0);
+  EXPECT_EQ(foreign.scrapes.load(), 0);
+
+  // The serving state carries the CA once per route; its https replicas share one trust, the
+  // one an equal PEM gives (so the connection pools survive a rebuilt route).
+  const json route = {{"deployment", "t/m"}, {"tenant", "t"}, {"model", "m"}, {"replicaCa", ReadFile(dir + "/ca1.pem")},
+                      {"replicas", {{{"id", "a"}, {"url", good.url()}, {"ready", true}, {"tls", true}},
+                                    {{"id", "b"}, {"url", "127.0.0.1:1"}, {"ready", true}}}}};
+  StatusOr<Route> parsed = RouteFromJson(route);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->replicas[0].tls, *trust);
+  EXPECT_EQ(parsed->replicas[1].tls, nullptr);
+  json no_ca = route;
+  no_ca.erase("replicaCa");
+  EXPECT_EQ(RouteFromJson(no_ca).status().code(), StatusCode::kInvalidArgument);
+  json bad_ca = route;
+  bad_ca["replicaCa"] = "not a certificate";
+  EXPECT_EQ(RouteFromJson(bad_ca).status().code(), StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
 }
 
 // An authenticator that says OK but names no caller is a fault of the authenticator: 503, and

@@ -38,8 +38,9 @@ EngineMetrics ParseEngineMetrics(std::string_view text) {
   return m;
 }
 
-ReplicaState::ReplicaState(std::string url, std::chrono::milliseconds timeout, size_t max_idle)
-    : url_(std::move(url)), timeout_(timeout), max_idle_(max_idle) {}
+ReplicaState::ReplicaState(std::string url, std::shared_ptr<const http::TlsTrust> tls,
+                           std::chrono::milliseconds timeout, size_t max_idle)
+    : url_(std::move(url)), tls_(std::move(tls)), timeout_(timeout), max_idle_(max_idle) {}
 
 std::unique_ptr<http::Client> ReplicaState::Acquire() {
   {
@@ -49,6 +50,10 @@ std::unique_ptr<http::Client> ReplicaState::Acquire() {
       idle_.pop_back();
       return c;
     }
+  }
+  if (tls_) {
+    return std::make_unique<http::Client>("https://" + url_,
+                                          http::ClientOptions{.ca_pem = tls_->ca_pem(), .timeout = timeout_});
   }
   return std::make_unique<http::Client>("http://" + url_, http::ClientOptions{.timeout = timeout_});
 }
@@ -68,10 +73,10 @@ EngineMetrics ReplicaState::metrics() const {
   return metrics_;
 }
 
-std::shared_ptr<ReplicaState> ReplicaTable::Get(const std::string& url) {
+std::shared_ptr<ReplicaState> ReplicaTable::Get(const std::string& url, const std::shared_ptr<const http::TlsTrust>& tls) {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<ReplicaState>& s = by_url_[url];
-  if (!s) s = std::make_shared<ReplicaState>(url, timeout_, max_idle_);
+  if (!s || s->tls() != tls) s = std::make_shared<ReplicaState>(url, tls, timeout_, max_idle_);
   return s;
 }
 

@@ -43,9 +43,12 @@ EngineMetrics ParseEngineMetrics(std::string_view text);
 // Thread-safe.
 class ReplicaState {
  public:
-  ReplicaState(std::string url, std::chrono::milliseconds timeout, size_t max_idle);
+  // `tls` set: the replica is called over https, trusting it (see ReplicaInfo::tls).
+  ReplicaState(std::string url, std::shared_ptr<const http::TlsTrust> tls, std::chrono::milliseconds timeout,
+               size_t max_idle);
 
   const std::string& url() const { return url_; }
+  const std::shared_ptr<const http::TlsTrust>& tls() const { return tls_; }
 
   std::unique_ptr<http::Client> Acquire();
   void Release(std::unique_ptr<http::Client> client);
@@ -58,6 +61,7 @@ class ReplicaState {
 
  private:
   const std::string url_;
+  const std::shared_ptr<const http::TlsTrust> tls_;
   const std::chrono::milliseconds timeout_;
   const size_t max_idle_;
   mutable std::mutex mu_;
@@ -71,7 +75,9 @@ class ReplicaTable {
   ReplicaTable(std::chrono::milliseconds timeout, size_t max_idle_per_replica)
       : timeout_(timeout), max_idle_(max_idle_per_replica) {}
 
-  std::shared_ptr<ReplicaState> Get(const std::string& url);
+  // The state of the replica at `url`; one made for another `tls` is replaced (the replica
+  // changed scheme or CA: its pooled connections and counts do not carry over).
+  std::shared_ptr<ReplicaState> Get(const std::string& url, const std::shared_ptr<const http::TlsTrust>& tls = nullptr);
   // Forgets the replicas whose url is not in `keep` (replicas that left every deployment).
   void Retain(const std::vector<std::string>& keep);
   std::vector<std::shared_ptr<ReplicaState>> All() const;

@@ -29,6 +29,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "http/header_map.h"
+#include "http/tls_trust.h"
 
 namespace aicloud::http {
 
@@ -54,6 +55,11 @@ class EventLoop : public asio::io_context {
 
  private:
   const int threads_;
+};
+
+// What a TlsTrust holds: an OpenSSL client context that trusts only its CAs and verifies peers.
+struct TlsTrust::Context {
+  asio::ssl::context ssl{asio::ssl::context::tls_client};
 };
 
 // Beast 1.74 uses boost::string_view; these convert at the edges.

@@ -60,9 +60,19 @@ class ResponseReader final : public ParserInto<false> {
 // unless its bound is earlier than the one armed (a client with a shorter timeout took the
 // connection from the loop's pool), which re-arms at once. An idle pooled connection's timer
 // may stay armed up to one timeout after its last exchange (loops are stopped, not drained).
+//
+// A connection to an HTTPS upstream carries its TLS stream in `tls` (over a TCP stream of its
+// own; `stream` then stays unopened) and is driven only by Run, never by PooledExchange.
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
 struct Conn : std::enable_shared_from_this<Conn> {
   using Clock = std::chrono::steady_clock;
   explicit Conn(const asio::any_io_executor& ex) : stream(ex), bound(ex) {}
+  Conn(const asio::any_io_executor& ex, std::shared_ptr<const TlsTrust> t)
+      : stream(ex), tls(std::make_unique<TlsStream>(ex, t->context().ssl)), trust(std::move(t)), bound(ex) {}
+
+  // The TCP stream the bytes travel on (timeouts, closing).
+  beast::tcp_stream& Tcp() { return tls ? beast::get_lowest_layer(*tls) : stream; }
 
   // The exchange starting now must end within `timeout`, or its socket is closed (timed_out).
   void Bound(std::chrono::milliseconds timeout) {
@@ -74,6 +84,8 @@ struct Conn : std::enable_shared_from_this<Conn> {
   void Unbound() { bound_until = Clock::time_point::max(); }
 
   beast::tcp_stream stream;
+  std::unique_ptr<TlsStream> tls;            // HTTPS upstreams only
+  std::shared_ptr<const TlsTrust> trust;     // keeps tls's context alive
   beast::flat_buffer buffer;
   std::string host_header;  // the Host header for its upstream (pooled exchanges skip parsing it)
   bool timed_out = false;   // the bound passed and the socket was closed
@@ -168,6 +180,8 @@ bool SplitHostPort(std::string_view upstream, std::string* host, std::string* po
 struct Exchange {
   ConnectionPool* pool;
   std::string upstream, host, port;  // host and port: parsed for a new connection only
+  std::shared_ptr<const TlsTrust> tls;  // null: plain HTTP
+  std::string tls_key;                  // the pool key of an HTTPS upstream (PoolKey)
   std::string host_header;           // likewise
   std::string method, target;
   std::string head;  // the request's head as written (wire.h)
@@ -184,12 +198,19 @@ struct Exchange {
 
 Status Cancelled(const Exchange& x);
 
+// HTTPS connections are pooled apart from plain ones to the same address, and per trust (a
+// connection verified against one CA set is never lent to a caller that trusts another).
+std::string TlsPoolKey(std::string_view upstream, const TlsTrust* tls) {
+  return "https://" + std::string(upstream) + "#" + std::to_string(reinterpret_cast<uintptr_t>(tls));
+}
+const std::string& PoolKey(const Exchange& x) { return x.tls ? x.tls_key : x.upstream; }
+
 // Fills x.host, x.port and x.host_header from x.upstream; false when it is malformed.
 bool ParseUpstream(Exchange& x) {
   if (!SplitHostPort(x.upstream, &x.host, &x.port)) return false;
   const bool bracket = x.host.find(':') != std::string::npos;
   x.host_header = bracket ? "[" + x.host + "]" : x.host;
-  if (x.port != "80") x.host_header += ":" + x.port;
+  if (x.port != (x.tls ? "443" : "80")) x.host_header += ":" + x.port;
   return true;
 }
 
@@ -225,22 +246,44 @@ awaitable<Status> Connect(Exchange& x, Conn& c, std::chrono::steady_clock::time_
   error_code ec;
   std::vector<tcp::endpoint> endpoints;
   asio::ip::address addr = asio::ip::make_address(x.host, ec);
-  if (!ec) {
+  const bool is_ip = !ec;
+  if (is_ip) {
     endpoints.emplace_back(addr, static_cast<unsigned short>(std::stoi(x.port)));
   } else {
-    tcp::resolver resolver(c.stream.get_executor());
+    tcp::resolver resolver(c.Tcp().get_executor());
     tcp::resolver::results_type results = co_await resolver.async_resolve(x.host, x.port, Redirect(ec));
     if (ec) co_return UnavailableError("http client: cannot resolve " + where + ": " + ec.message());
     if (x.cancelled) co_return Cancelled(x);  // closing the not yet opened socket did nothing
     for (const auto& r : results) endpoints.push_back(r.endpoint());
   }
-  c.stream.expires_at(deadline);
-  co_await c.stream.async_connect(endpoints, Redirect(ec));
+  c.Tcp().expires_at(deadline);
+  co_await c.Tcp().async_connect(endpoints, Redirect(ec));
   if (ec) {
     if (ec == beast::error::timeout) co_return DeadlineExceeded("http client: connect to " + where + " timed out");
     co_return UnavailableError("http client: cannot connect to " + where + ": " + ec.message());
   }
-  c.stream.socket().set_option(tcp::no_delay(true), ec);
+  c.Tcp().socket().set_option(tcp::no_delay(true), ec);
+  if (c.tls) {
+    // The certificate must chain to the trusted CAs and name the host dialled (its IP address or
+    // DNS name) in its subjectAltName; a failure is a connection failure, never plain HTTP.
+    SSL* ssl = c.tls->native_handle();
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    int set = 0;
+    if (!is_ip) {
+      SSL_set_tlsext_host_name(ssl, x.host.c_str());
+      set = X509_VERIFY_PARAM_set1_host(param, x.host.c_str(), 0);
+    } else {
+      set = X509_VERIFY_PARAM_set1_ip_asc(param, x.host.c_str());
+    }
+    if (set != 1) co_return InvalidArgumentError("http client: cannot verify TLS peer name " + x.host);
+    c.tls->set_verify_mode(asio::ssl::verify_peer);
+    co_await c.tls->async_handshake(asio::ssl::stream_base::client, Redirect(ec));
+    if (x.cancelled) co_return Cancelled(x);
+    if (ec) {
+      if (ec == beast::error::timeout) co_return DeadlineExceeded("http client: TLS handshake with " + where + " timed out");
+      co_return UnavailableError("http client: TLS handshake with " + where + " failed: " + ec.message());
+    }
+  }
   co_return OkStatus();
 }
 
@@ -262,15 +305,16 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
         break;
       }
       // A retry keeps the strand this coroutine runs on.
-      conn = std::make_shared<Conn>(co_await asio::this_coro::executor);
-      x->active = &conn->stream;
+      asio::any_io_executor ex = co_await asio::this_coro::executor;
+      conn = x->tls ? std::make_shared<Conn>(ex, x->tls) : std::make_shared<Conn>(ex);
+      x->active = &conn->Tcp();
       result.status = co_await Connect(*x, *conn, deadline);
       if (x->cancelled) result.status = Cancelled(*x);
       if (!result.status.ok()) break;
       conn->host_header = x->host_header;
     }
-    x->active = &conn->stream;
-    conn->stream.expires_at(deadline);
+    x->active = &conn->Tcp();
+    conn->Tcp().expires_at(deadline);
     ClientResponse got;
     std::optional<ResponseReader> parser_slot;
     auto fresh_parser = [&]() -> ResponseReader& {
@@ -281,29 +325,45 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
     ResponseReader* p = &fresh_parser();
     bool interim = false;  // an interim (1xx) answer came: the upstream has the request
     error_code ec;
-    co_await asio::async_write(conn->stream, RequestBuffers(*x), Redirect(ec));
-    if (!ec) co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
+    if (conn->tls) {
+      // Head and body apart: a two-buffer write of a large body stalled over Beast 1.74's
+      // ssl_stream (async_test: ABodyTravelsWholeBothWays).
+      co_await asio::async_write(*conn->tls, asio::buffer(x->head), Redirect(ec));
+      if (!ec && !x->body->empty()) co_await asio::async_write(*conn->tls, asio::buffer(*x->body), Redirect(ec));
+      if (!ec) co_await bhttp::async_read_header(*conn->tls, conn->buffer, *p, Redirect(ec));
+    } else {
+      co_await asio::async_write(conn->stream, RequestBuffers(*x), Redirect(ec));
+      if (!ec) co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
+    }
     // Interim answers are skipped for the final one, which follows on the same connection.
     while (!ec && p->status() / 100 == 1) {
       interim = true;
       p = &fresh_parser();
-      co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
+      if (conn->tls) {
+        co_await bhttp::async_read_header(*conn->tls, conn->buffer, *p, Redirect(ec));
+      } else {
+        co_await bhttp::async_read_header(conn->stream, conn->buffer, *p, Redirect(ec));
+      }
     }
     ResponseReader& parser = *p;
     if (!ec) {
       result.response.status = parser.status();
       if (!parser.is_done()) {
-        conn->stream.expires_after(x->timeout);
+        conn->Tcp().expires_after(x->timeout);
         // Room for large pieces (Beast reads the buffer's spare capacity, 512 bytes when none).
         if (conn->buffer.capacity() - conn->buffer.size() < kReadChunk) conn->buffer.reserve(conn->buffer.size() + kReadChunk);
-        co_await bhttp::async_read(conn->stream, conn->buffer, parser, Redirect(ec));
+        if (conn->tls) {
+          co_await bhttp::async_read(*conn->tls, conn->buffer, parser, Redirect(ec));
+        } else {
+          co_await bhttp::async_read(conn->stream, conn->buffer, parser, Redirect(ec));
+        }
       }
       result.response.headers = std::move(got.headers);
       result.response.body = std::move(got.body);
     }
     result.reused = reused;
     if (ec) {
-      conn->stream.close();
+      conn->Tcp().close();
       x->active = nullptr;
       conn.reset();
       // A kept-alive connection the upstream closed meanwhile: once more on a new one.
@@ -317,16 +377,16 @@ awaitable<void> Run(std::shared_ptr<Exchange> x) {
                           : UnavailableError(What(*x) + ": " + ec.message());
       break;
     }
-    conn->stream.expires_never();
+    conn->Tcp().expires_never();
     x->active = nullptr;
     if (parser.keep_alive()) {
-      x->pool->Put(x->upstream, std::move(conn), x->max_idle);
+      x->pool->Put(PoolKey(*x), std::move(conn), x->max_idle);
     } else {
-      conn->stream.close();
+      conn->Tcp().close();
     }
     break;
   }
-  if (conn) conn->stream.close();
+  if (conn) conn->Tcp().close();
   x->active = nullptr;
   AsyncClient::Callback done = std::move(x->done);
   x.reset();
@@ -523,15 +583,19 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
 
 void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
                        std::shared_ptr<const std::string> body, const Headers& headers, Callback done,
-                       std::shared_ptr<CancelSignal> cancel) const {
+                       std::shared_ptr<CancelSignal> cancel, std::shared_ptr<const TlsTrust> tls) const {
   auto x = std::make_shared<Exchange>();
   x->pool = &asio::use_service<ConnectionPool>(loop);
   x->upstream = std::string(upstream);
+  if (tls) {
+    x->tls_key = TlsPoolKey(upstream, tls.get());
+    x->tls = std::move(tls);
+  }
   x->timeout = opts_.timeout;
   x->max_idle = opts_.max_idle_per_upstream;
   x->done = std::move(done);
   // A pooled connection knows its Host header; only a new one needs the upstream parsed.
-  x->conn = x->pool->Take(upstream);
+  x->conn = x->pool->Take(PoolKey(*x));
   if (!x->conn && !ParseUpstream(*x)) {
     AsyncResult r;
     r.status = BadUpstream(upstream);
@@ -549,13 +613,19 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
                              .send_length = method == "POST" || method == "PUT" || method == "PATCH"},
                             &error);
   if (x->head.empty()) {
-    if (x->conn) x->pool->Put(x->upstream, std::move(x->conn), x->max_idle);  // unused: still good
+    if (x->conn) x->pool->Put(PoolKey(*x), std::move(x->conn), x->max_idle);  // unused: still good
     AsyncResult r;
     r.status = InvalidArgumentError("http client: " + error);
     asio::post(loop, [done = std::move(x->done), r = std::move(r)]() mutable { done(std::move(r)); });
     return;
   }
   x->body = std::move(body);
+  if (x->conn && x->conn->tls) {  // HTTPS: Run drives pooled connections too
+    asio::any_io_executor ex = x->conn->stream.get_executor();
+    if (cancel) CloseOnCancel(*cancel, x, ex);
+    asio::co_spawn(ex, Run(std::move(x)), asio::detached);
+    return;
+  }
   if (x->conn) {
     asio::any_io_executor ex = x->conn->stream.get_executor();
     if (cancel) CloseOnCancel(*cancel, x, ex);
@@ -570,8 +640,8 @@ void AsyncClient::Send(EventLoop& loop, std::string_view upstream, std::string_v
   asio::co_spawn(ex, Run(std::move(x)), asio::detached);
 }
 
-size_t AsyncClient::IdleConnections(EventLoop& loop, std::string_view upstream) {
-  return asio::use_service<ConnectionPool>(loop).Idle(upstream);
+size_t AsyncClient::IdleConnections(EventLoop& loop, std::string_view upstream, const TlsTrust* tls) {
+  return asio::use_service<ConnectionPool>(loop).Idle(tls ? TlsPoolKey(upstream, tls) : std::string(upstream));
 }
 
 }  // namespace aicloud::http

@@ -1,4 +1,4 @@
-// AsyncClient: non-blocking HTTP/1.1 requests to plain-HTTP upstreams, run on a server's event
+// AsyncClient: non-blocking HTTP/1.1 requests to HTTP and HTTPS upstreams, run on a server's event
 // loop with keep-alive connections pooled per loop and upstream. A proxy's async handler forwards
 // with it and answers from the completion, so neither the request nor the upstream call leaves
 // the I/O thread (the shape of nginx's proxy_pass with an upstream keepalive pool).
@@ -18,6 +18,12 @@
 // Interim (1xx) answers on a pooled connection are skipped for the final one. As the
 // synchronous Client does, a pooled connection that turns out to have been closed by the
 // upstream before any response byte is replaced by a new one once, transparently.
+//
+// HTTPS: a Send given a TlsTrust speaks TLS to its upstream, verifying the certificate against
+// the trust's CAs and the upstream's host (tls_trust.h); a certificate that does not verify is a
+// connection failure (UNAVAILABLE), never a fall back to plain HTTP. Each pooled connection keeps
+// its TLS session; such exchanges run as coroutines, while plain HTTP's pooled fast path (one
+// non-blocking write and plain reads) is unchanged.
 #pragma once
 
 #include <chrono>
@@ -31,6 +37,7 @@
 #include "http/cancel.h"
 #include "http/client.h"
 #include "http/responder.h"
+#include "http/tls_trust.h"
 
 namespace aicloud::http {
 
@@ -69,13 +76,15 @@ class AsyncClient {
   // The same with a body the caller shares (a proxy that may send it again to another upstream
   // keeps one copy for all its attempts). REQUIRES: body is not null. With `cancel`, raising it
   // ends the exchange: its connection is closed (the upstream sees its client go away) and
-  // `done` gets CANCELLED, unless the answer was complete already.
+  // `done` gets CANCELLED, unless the answer was complete already. With `tls`, the upstream is
+  // spoken to over HTTPS and must present a certificate `tls` verifies (see above).
   void Send(EventLoop& loop, std::string_view upstream, std::string_view method, std::string_view target,
             std::shared_ptr<const std::string> body, const Headers& headers, Callback done,
-            std::shared_ptr<CancelSignal> cancel = nullptr) const;
+            std::shared_ptr<CancelSignal> cancel = nullptr, std::shared_ptr<const TlsTrust> tls = nullptr) const;
 
-  // Idle connections in `loop`'s pool for `upstream` (for tests and metrics). Any thread.
-  static size_t IdleConnections(EventLoop& loop, std::string_view upstream);
+  // Idle connections in `loop`'s pool for `upstream` (HTTPS ones with `tls`: those made with that
+  // trust) (for tests and metrics). Any thread.
+  static size_t IdleConnections(EventLoop& loop, std::string_view upstream, const TlsTrust* tls = nullptr);
 
  private:
   const AsyncClientOptions opts_;

@@ -12,6 +12,8 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -182,17 +184,18 @@ struct Proxy {
     server = StartAsync([this](Request& req, Responder respond) {
       EventLoop* loop = respond.loop();
       const std::string up = upstream();
-      use.load()->Send(*loop, up, method_override.empty() ? req.method : method_override, target_override.empty() ? req.target : target_override, std::move(req.body),
-                  headers,
-                  [respond, loop, up](AsyncResult r) {
+      use.load()->Send(*loop, up, method_override.empty() ? req.method : method_override, target_override.empty() ? req.target : target_override,
+                  std::make_shared<const std::string>(std::move(req.body)), headers,
+                  [respond, loop, up, tls = tls](AsyncResult r) {
                     respond(Response::Json(200, {{"code", std::string(StatusCodeName(r.status.code()))},
                                                  {"message", r.status.message()},
                                                  {"answered", r.answered()},
                                                  {"status", r.response.status},
                                                  {"body", r.response.body},
                                                  {"reused", r.reused},
-                                                 {"idle", AsyncClient::IdleConnections(*loop, up)}}));
-                  });
+                                                 {"idle", AsyncClient::IdleConnections(*loop, up, tls.get())}}));
+                  },
+                  nullptr, tls);
     });
   }
   json Get(const std::string& target) {
@@ -207,6 +210,7 @@ struct Proxy {
   Headers headers = {{"x-test", "1"}};  // sent upstream with every request
   std::string target_override;          // sent instead of the request's target when set
   std::string method_override;          // sent instead of the request's method when set
+  std::shared_ptr<const TlsTrust> tls;   // set: the upstream is spoken to over HTTPS
   std::unique_ptr<Server> server;
 };
 
@@ -685,6 +689,126 @@ TEST(AsyncClientTest, WritesTheRequestHeadExactly) {
   EXPECT_FALSE(refused["answered"]);
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(seen.size(), 3u);  // nothing was sent
+}
+
+// ---- AsyncClient over TLS ------------------------------------------------------------------
+
+// Upstreams serving HTTPS with certificates made by the openssl CLI once for the suite: one for
+// 127.0.0.1, another for 127.0.0.1 with another key (a CA the client does not trust), and one
+// naming 10.9.9.9 only (trusted, but not the host dialled).
+class AsyncTlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::system("command -v openssl >/dev/null 2>&1") != 0) return;
+    dir_ = std::filesystem::temp_directory_path() / ("aicloud-async-tls-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    auto make = [](const std::string& name, const std::string& san) {
+      std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout " +
+                        (dir_ / (name + "-key.pem")).string() + " -out " + (dir_ / (name + ".pem")).string() +
+                        " -days 1 -subj /CN=replica -addext subjectAltName=" + san + " >/dev/null 2>&1";
+      return std::system(cmd.c_str()) == 0;
+    };
+    ready_ = make("server", "IP:127.0.0.1") && make("other", "IP:127.0.0.1") && make("elsewhere", "IP:10.9.9.9");
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  void SetUp() override {
+    ASSERT_TRUE(ready_) << "the openssl CLI (scripts/setup installs it) makes the test's certificates";
+    router_.Add("GET", "/who", [](Request& req) { return Response::Text(200, req.remote); });
+    router_.Add("POST", "/echo", [](Request& req) { return Response::Text(200, req.body); });
+  }
+  static std::string F(const std::string& name) { return (dir_ / name).string(); }
+  static std::string Read(const std::string& name) {
+    std::ifstream in(F(name));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::unique_ptr<Server> StartTls(const std::string& name) {
+    return StartBlocking([this](Request& req) { return router_.Dispatch(req); },
+                         {.tls_cert_file = F(name + ".pem"), .tls_key_file = F(name + "-key.pem")});
+  }
+  static std::shared_ptr<const TlsTrust> Trust(const std::string& name) {
+    StatusOr<std::shared_ptr<const TlsTrust>> t = TlsTrust::ForCaPem(Read(name + ".pem"));
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *t : nullptr;
+  }
+
+  static inline std::filesystem::path dir_;
+  static inline bool ready_ = false;
+  Router router_;
+};
+
+TEST_F(AsyncTlsTest, AnswersOverHttpsAndReusesThePooledSession) {
+  auto up = StartTls("server");
+  ASSERT_TRUE(up);
+  Proxy proxy([&] { return HostPort(*up); }, {});
+  proxy.tls = Trust("server");
+  std::set<std::string> remotes;
+  for (int i = 0; i < 4; ++i) {
+    json r = proxy.Get("/who");
+    ASSERT_EQ(r["code"], "OK") << r;
+    EXPECT_EQ(r["status"], 200);
+    EXPECT_EQ(r["reused"], i > 0) << i;
+    EXPECT_EQ(r["idle"], 1);  // pooled apart from plain connections to the same address
+    remotes.insert(r["body"].get<std::string>());
+  }
+  EXPECT_EQ(remotes.size(), 1u);  // one TLS connection for all four
+  // The same PEM gives the same trust (and so the same pool).
+  EXPECT_EQ(Trust("server").get(), proxy.tls.get());
+}
+
+TEST_F(AsyncTlsTest, ABodyTravelsWholeBothWays) {
+  auto up = StartTls("server");
+  ASSERT_TRUE(up);
+  Proxy proxy([&] { return HostPort(*up); }, {});
+  proxy.tls = Trust("server");
+  proxy.method_override = "POST";
+  proxy.target_override = "/echo";
+  std::string big(300 * 1024, 'x');
+  for (size_t i = 0; i < big.size(); i += 97) big[i] = static_cast<char>('a' + i % 26);
+  StatusOr<ClientResponse> direct = Client("https://" + HostPort(*up), {.ca_pem = Read("server.pem"), .timeout = 5000ms})
+                                        .Send("POST", "/echo", big, {{"content-type", "text/plain"}});
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->body, big);
+  StatusOr<ClientResponse> r = Client(Url(*proxy.server)).Send("POST", "/any", big, {{"content-type", "text/plain"}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["code"], "OK") << j["message"];
+  EXPECT_EQ(j["body"], big);
+}
+
+TEST_F(AsyncTlsTest, AnUntrustedOrMisnamedCertificateIsAConnectionFailure) {
+  auto untrusted = StartTls("other");
+  auto misnamed = StartTls("elsewhere");
+  ASSERT_TRUE(untrusted && misnamed);
+  Proxy proxy([&] { return HostPort(*untrusted); }, {});
+  proxy.tls = Trust("server");
+  json r = proxy.Get("/who");
+  EXPECT_EQ(r["code"], "UNAVAILABLE") << r;
+  EXPECT_FALSE(r["answered"]);
+  EXPECT_NE(r["message"].get<std::string>().find("TLS handshake"), std::string::npos) << r;
+  EXPECT_EQ(r["idle"], 0);
+
+  Proxy named([&] { return HostPort(*misnamed); }, {});
+  named.tls = Trust("elsewhere");  // trusted, but it names 10.9.9.9, not 127.0.0.1
+  r = named.Get("/who");
+  EXPECT_EQ(r["code"], "UNAVAILABLE") << r;
+  EXPECT_NE(r["message"].get<std::string>().find("TLS handshake"), std::string::npos) << r;
+
+  // Plain HTTP to a TLS upstream is not an answer either (no silent change of scheme).
+  Proxy plain([&] { return HostPort(*untrusted); }, {.timeout = 2000ms});
+  r = plain.Get("/who");
+  EXPECT_NE(r["code"], "OK") << r;
+}
+
+TEST(TlsTrustTest, RefusesTextWithoutACertificate) {
+  StatusOr<std::shared_ptr<const TlsTrust>> t = TlsTrust::ForCaPem("not a certificate");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  t = TlsTrust::ForCaPem("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -207,8 +207,12 @@ class Client::Impl {
     if (!opts_.ca_file.empty()) {
       ssl_->load_verify_file(opts_.ca_file, ec);
       if (ec) return InvalidArgumentError("http client: ca_file " + opts_.ca_file + ": " + ec.message());
-    } else {
+    } else if (opts_.ca_pem.empty()) {
       ssl_->set_default_verify_paths(ec);
+    }
+    if (!opts_.ca_pem.empty()) {
+      ssl_->add_certificate_authority(asio::buffer(opts_.ca_pem), ec);
+      if (ec) return InvalidArgumentError("http client: ca_pem: the CA certificates do not parse: " + ec.message());
     }
     if (opts_.cert_file.empty() != opts_.key_file.empty()) {
       return InvalidArgumentError("http client: cert_file and key_file must be set together");

@@ -33,6 +33,7 @@ namespace aicloud::http {
 
 struct ClientOptions {
   std::string ca_file;              // https: trust these CAs (default system store)
+  std::string ca_pem;               // https: trust these PEM CA certificates (with or instead of ca_file)
   std::string cert_file, key_file;  // https: client certificate (mTLS)
   bool insecure_skip_verify = false;
   // Connect + whole request for Send; connect + response head, then each read, for Stream.

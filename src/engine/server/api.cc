@@ -1,5 +1,7 @@
 #include "engine/server/api.h"
 
+#include <cstdlib>
+
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -348,6 +350,19 @@ StatusOr<std::unique_ptr<EngineServer>> EngineServer::Start(Engine* engine, http
   if (!server.ok()) return server.status();
   s->server_ = std::move(*server);
   return s;
+}
+
+StatusOr<bool> TlsFromEnvironment(http::ServerOptions* options) {
+  const char* cert = std::getenv("AICLOUD_TLS_CERT_FILE");
+  const char* key = std::getenv("AICLOUD_TLS_KEY_FILE");
+  const bool has_cert = cert != nullptr && *cert != '\0', has_key = key != nullptr && *key != '\0';
+  if (!has_cert && !has_key) return false;
+  if (!has_cert || !has_key) {
+    return InvalidArgumentError("AICLOUD_TLS_CERT_FILE and AICLOUD_TLS_KEY_FILE must be set together");
+  }
+  options->tls_cert_file = cert;
+  options->tls_key_file = key;
+  return true;
 }
 
 }  // namespace aicloud::engine

@@ -28,6 +28,11 @@ namespace aicloud::engine {
 // Adds the routes to `router`; `engine` must outlive it.
 void AddEngineRoutes(Engine* engine, http::Router* router);
 
+// The platform's TLS for a Deployment replica: when AICLOUD_TLS_CERT_FILE and AICLOUD_TLS_KEY_FILE
+// are set (the node agent writes the files, agent/replica_tls.h), `options` gets them and the
+// server serves HTTPS only. Returns whether it does; INVALID_ARGUMENT when only one is set.
+StatusOr<bool> TlsFromEnvironment(http::ServerOptions* options);
+
 class EngineServer {
  public:
   // Serves `engine` (not owned; must outlive the server). A non-empty `api_key` is demanded of

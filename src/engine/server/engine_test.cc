@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -628,6 +629,49 @@ TEST(EngineApiTest, AReplicaKeyIsDemandedOnEveryEndpoint) {
   StatusOr<http::ClientResponse> ok = s->client->Send("POST", "/v1/completions", body, {{"Authorization", "Bearer " + key}});
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// With the files the agent writes named in its environment, the engine serves HTTPS only.
+TEST(EngineApiTest, ServesHttpsWhenTheEnvironmentNamesACertificate) {
+  ASSERT_EQ(std::system("command -v openssl >/dev/null 2>&1"), 0) << "the openssl CLI (scripts/setup installs it) makes the test's certificate";
+  const fs::path dir = fs::temp_directory_path() / ("engine-tls-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string cert = (dir / "tls-cert.pem").string(), key = (dir / "tls-key.pem").string();
+  const std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout " + key +
+                          " -out " + cert + " -days 1 -subj /CN=replica -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  ::unsetenv("AICLOUD_TLS_CERT_FILE");
+  ::unsetenv("AICLOUD_TLS_KEY_FILE");
+  http::ServerOptions plain{.port = 0, .worker_threads = 2};
+  StatusOr<bool> off = TlsFromEnvironment(&plain);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(*off);
+  EXPECT_TRUE(plain.tls_cert_file.empty());
+  ::setenv("AICLOUD_TLS_CERT_FILE", cert.c_str(), 1);
+  http::ServerOptions half;
+  EXPECT_EQ(TlsFromEnvironment(&half).status().code(), StatusCode::kInvalidArgument);
+  ::setenv("AICLOUD_TLS_KEY_FILE", key.c_str(), 1);
+  http::ServerOptions o{.port = 0, .worker_threads = 2};
+  StatusOr<bool> on = TlsFromEnvironment(&o);
+  ::unsetenv("AICLOUD_TLS_CERT_FILE");
+  ::unsetenv("AICLOUD_TLS_KEY_FILE");
+  ASSERT_TRUE(on.ok() && *on);
+  std::unique_ptr<Engine> engine = Start();
+  ASSERT_NE(engine, nullptr);
+  StatusOr<std::unique_ptr<EngineServer>> server = EngineServer::Start(engine.get(), o, "secret-for-tls-test-0123456789");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string where = "127.0.0.1:" + std::to_string((*server)->port());
+  const http::Headers auth = {{"Authorization", "Bearer secret-for-tls-test-0123456789"}};
+  http::Client https("https://" + where, {.ca_file = cert});
+  StatusOr<http::ClientResponse> r =
+      https.Send("POST", "/v1/completions", R"({"model":"tiny","prompt":"Hello","max_tokens":2})", auth);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200) << r->body;
+  StatusOr<http::ClientResponse> clear = http::Client("http://" + where, {.timeout = std::chrono::milliseconds(2000)})
+                                             .Send("GET", "/health", "", auth);
+  EXPECT_TRUE(!clear.ok() || clear->status != 200) << "plain HTTP must not be served";
+  (*server)->Stop();
+  fs::remove_all(dir);
 }
 
 // A Deployment's engine loads only the adapters it was started with, by name. A path of the
