@@ -70,6 +70,7 @@ struct ServerFlags {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::string tls_cert, tls_key, tls_client_ca;
+  std::string tls_ca;  // up: what its own agents, demo and saved CLI config trust
   std::string node_grace = "40s";
   std::string policy = "bestfit";
   // The cluster autoscaler (control/node_autoscaler.h): off while node_pool is 0.
@@ -254,13 +255,19 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
   StatusOr<auth::AuthService::CreatedKey> agent_key = s.auth()->CreateApiKey(admin, "agent-up", std::nullopt, {}, std::nullopt);
   if (!admin_key.ok()) return Fail(admin_key.status());
   if (!agent_key.ok()) return Fail(agent_key.status());
-  Status saved = SaveClientConfig({{"server", s.url()}, {"token", admin_key->token}, {"tenant", "demo"}});
+  // With TLS, what this machine's own clients trust: --tls-ca, else the served certificate itself
+  // (right for a self-signed one).
+  const std::string trust = sf.tls_cert.empty() ? "" : !sf.tls_ca.empty() ? sf.tls_ca : sf.tls_cert;
+  json client_config = {{"server", s.url()}, {"token", admin_key->token}, {"tenant", "demo"}};
+  if (!trust.empty()) client_config["caFile"] = std::filesystem::absolute(trust).string();
+  Status saved = SaveClientConfig(client_config);
   if (!saved.ok()) return Fail(saved);
   std::cout << "aicloud up: logged in as admin (tenant demo); credentials saved for the aicloud CLI\n";
 
   auto make_agent = [&, token = agent_key->token](const std::string& name) -> StatusOr<std::unique_ptr<agent::Agent>> {
     agent::AgentOptions ao;
     ao.server_url = s.url();
+    ao.tls.ca_file = trust;
     ao.token = token;
     ao.node_name = name;
     ao.node_spec = SimNodeSpec(name, sim_gpu, gpus_per_node);
@@ -297,7 +304,7 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
 
   std::string demo_key;  // tenant demo's key, made by the serving demo
   if (demo) {
-    http::Client c(s.url());
+    http::Client c(s.url(), http::ClientOptions{.ca_file = trust});
     http::Headers h = {{"Authorization", "Bearer " + admin_key->token}, {"Content-Type", "application/json"}};
     const std::string name = "hello-" + std::to_string(::time(nullptr));
     json job = {{"apiVersion", "aicloud/v1"}, {"kind", "Job"}, {"metadata", {{"name", name}}},
@@ -329,7 +336,8 @@ int RunUp(const ServerFlags& sf, int sim_nodes, const std::string& sim_gpu, int 
     }
     std::cout << "\n";
     StatusOr<std::string> served = RunServingDemo(
-        {.server_url = s.url(), .admin_token = admin_key->token, .data_dir = sf.data_dir, .tokenizer = demo_tokenizer});
+        {.server_url = s.url(), .admin_token = admin_key->token, .data_dir = sf.data_dir, .tokenizer = demo_tokenizer,
+         .ca_file = trust});
     if (served.ok()) demo_key = *served;
     else std::cerr << "aicloud up: serving demo failed: " << served.status().message() << "\n";
     if (exit_after_demo) {
@@ -436,6 +444,9 @@ void AddServer(CLI::App& app, int* exit_code) {
   up->add_option("--sandbox-uids", usf->sandbox_uids,
                  "uids the simulated nodes give tenants (when root), FIRST-LAST")
       ->capture_default_str();
+  up->add_option("--tls-ca", usf->tls_ca,
+                 "with --tls-cert: the CA its simulated nodes, the demo and the saved CLI config trust "
+                 "(default: --tls-cert itself, right for a self-signed certificate)");
   up->add_flag("--no-sandbox", usf->no_sandbox,
                "run jobs as this process's user, unisolated (no tenant uids)");
   auto up_delay = std::make_shared<std::string>("180s");

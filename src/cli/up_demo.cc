@@ -52,7 +52,7 @@ std::string Printable(std::string_view s) {
 
 class Demo {
  public:
-  explicit Demo(const ServingDemoOptions& o) : o_(o), api_(o.server_url) {}
+  explicit Demo(const ServingDemoOptions& o) : o_(o), api_(o.server_url, http::ClientOptions{.ca_file = o.ca_file}) {}
 
   StatusOr<std::string> Run() {
     std::cout << "aicloud up: serving demo: a model deployed with min 0 replicas, called through the OpenAI front door\n";
@@ -73,7 +73,7 @@ class Demo {
     AICLOUD_RETURN_IF_ERROR(ChatFromZero());
     AICLOUD_RETURN_IF_ERROR(OtherTenantRefused());
     // Revoked on another connection: api_'s connection carries only the key's calls.
-    http::Client admin(o_.server_url);
+    http::Client admin(o_.server_url, http::ClientOptions{.ca_file = o_.ca_file});
     StatusOr<http::ClientResponse> revoked = admin.Send("DELETE", "/api/v1/apikeys/" + other_key_id_, "", Admin());
     if (revoked.ok() && revoked->status == 200) {
       std::cout << "  tenant other's key revoked (DELETE /api/v1/apikeys/" << other_key_id_ << ")\n";
@@ -258,7 +258,7 @@ class Demo {
     http::SseParser sse;
     http::ClientResponse head;  // filled before the first chunk
     std::string refusal;        // the body of an answer other than 200
-    http::Client chat(o_.server_url, http::ClientOptions{.timeout = std::chrono::seconds(120)});
+    http::Client chat(o_.server_url, http::ClientOptions{.ca_file = o_.ca_file, .timeout = std::chrono::seconds(120)});
     Status st = chat.Stream(
         "POST", "/v1/chat/completions", body.dump(), Key(demo_key_),
         [&](std::string_view bytes) {

@@ -24,6 +24,7 @@ struct ServingDemoOptions {
   std::string admin_token;  // a cluster admin's key
   std::string data_dir;     // the model goes to DATA_DIR/models/demo-chat
   std::string tokenizer;    // tokenizer.json the model's vocabulary comes from
+  std::string ca_file;      // an https server_url's CA ("" = the system's)
 };
 
 // Returns tenant demo's API key (for the commands printed after the demo).
