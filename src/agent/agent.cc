@@ -209,10 +209,13 @@ Status Agent::SandboxAttemptLocked(const std::string& tenant, ProcessSpec* spec)
   const fs::path ckpt = spec->env["AICLOUD_CHECKPOINT_DIR"];
   AICLOUD_RETURN_IF_ERROR(MakePrivateDir(ckpt.parent_path().string(), *uid));
   AICLOUD_RETURN_IF_ERROR(MakePrivateDir(ckpt.string(), *uid));
-  // Only the attempt dir the agent chose is made the tenant's; a workingDir the job names must
-  // already be reachable by the tenant uid.
-  if (fs::path(spec->working_dir).parent_path() == work / "attempts") {
+  // Only the attempt dir the agent chose (the exact path) is made the tenant's; a workingDir the
+  // job names must already exist and be reachable by the tenant uid: the agent creates, chowns
+  // or chmods nothing of it.
+  if (spec->working_dir == (work / "attempts" / PathComponent(spec->attempt_id)).string()) {
     AICLOUD_RETURN_IF_ERROR(MakePrivateDir(spec->working_dir, *uid));
+  } else {
+    spec->create_working_dir = false;
   }
   spec->sandbox.uid = *uid;
   return OkStatus();
@@ -627,7 +630,11 @@ void Agent::StartAttemptLocked(const json& a) {
                  ? OkStatus()
                  : InvalidArgumentError("unknown isolation \"" + isolation + "\"");
   if (s.ok() && uids_) s = SandboxAttemptLocked(local.tenant, &spec);
-  // A replica's certificate and key, once its working dir has its owner (replica_tls.h).
+  // A replica's certificate and key, once its working dir has its owner (replica_tls.h): only
+  // into the attempt dir the agent made, never a directory an assignment names.
+  if (s.ok() && !a.value("tls", json()).is_null() && !wd.empty()) {
+    s = InvalidArgumentError("a replica's working directory is the agent's; workingDir \"" + wd + "\" refused");
+  }
   if (s.ok()) s = WriteReplicaTls(a.value("tls", json()), spec.working_dir, &spec.env);
   if (s.ok()) s = sup_->Start(spec);
   if (!s.ok()) {

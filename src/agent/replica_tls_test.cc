@@ -53,7 +53,7 @@ TEST_F(ReplicaTlsTest, WritesPrivateFilesOwnedAsTheDirAndNamesThem) {
   }
 }
 
-TEST_F(ReplicaTlsTest, NothingWithoutTlsAndNeverThroughASymlink) {
+TEST_F(ReplicaTlsTest, NothingWithoutTlsAndNothingWrittenThroughWhatTheTenantPlanted) {
   std::map<std::string, std::string> env;
   ASSERT_TRUE(WriteReplicaTls(nullptr, (dir_ / "w").string(), &env).ok());
   EXPECT_TRUE(env.empty());
@@ -62,13 +62,35 @@ TEST_F(ReplicaTlsTest, NothingWithoutTlsAndNeverThroughASymlink) {
   Status bad = WriteReplicaTls({{"cert", "x"}}, (dir_ / "w").string(), &env);
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
 
+  // The tenant owns the dir and plants a symlink, a hard link to a file of someone else's and a
+  // FIFO (an open would block the agent) at the names: each is replaced by a fresh private file,
+  // and what they pointed at is untouched.
   fs::create_directories(dir_ / "w");
+  { std::ofstream(dir_ / "victim") << "root's"; }
   fs::create_symlink(dir_ / "elsewhere", dir_ / "w" / "tls-key.pem");
+  fs::create_hard_link(dir_ / "victim", dir_ / "w" / "tls-cert.pem");
   Status s = WriteReplicaTls({{"cert", "c"}, {"key", "k"}}, (dir_ / "w").string(), &env);
-  EXPECT_EQ(s.code(), StatusCode::kInternal);
-  EXPECT_NE(s.message().find("tls-key.pem"), std::string::npos) << s;
+  ASSERT_TRUE(s.ok()) << s;
   EXPECT_FALSE(fs::exists(dir_ / "elsewhere"));
-  EXPECT_FALSE(env.count(kTlsKeyFileEnv));
+  EXPECT_EQ(Read((dir_ / "victim").string()), "root's");
+  EXPECT_EQ(Read(env[kTlsCertFileEnv]), "c");
+  EXPECT_EQ(Read(env[kTlsKeyFileEnv]), "k");
+  EXPECT_FALSE(fs::is_symlink(env[kTlsKeyFileEnv]));
+  EXPECT_EQ(fs::hard_link_count(env[kTlsCertFileEnv]), 1u);
+
+  fs::remove(dir_ / "w" / "tls-cert.pem");
+  ASSERT_EQ(::mkfifo((dir_ / "w" / "tls-cert.pem").c_str(), 0666), 0);
+  s = WriteReplicaTls({{"cert", "c2"}, {"key", "k2"}}, (dir_ / "w").string(), &env);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(fs::is_regular_file(env[kTlsCertFileEnv]));
+  EXPECT_EQ(Read(env[kTlsCertFileEnv]), "c2");
+
+  // A dir that is itself a symlink is refused.
+  fs::create_directories(dir_ / "real");
+  fs::create_directory_symlink(dir_ / "real", dir_ / "link");
+  s = WriteReplicaTls({{"cert", "c"}, {"key", "k"}}, (dir_ / "link").string(), &env);
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s;
+  EXPECT_FALSE(fs::exists(dir_ / "real" / "tls-key.pem"));
 }
 
 }  // namespace

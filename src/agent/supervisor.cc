@@ -426,7 +426,7 @@ Status Supervisor::Start(const ProcessSpec& spec) {
   };
 
   std::error_code ec;
-  if (!spec.working_dir.empty()) {
+  if (!spec.working_dir.empty() && spec.create_working_dir) {
     fs::create_directories(spec.working_dir, ec);
     if (ec) return fail("working directory " + spec.working_dir + ": " + ec.message());
   }

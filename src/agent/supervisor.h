@@ -74,6 +74,9 @@ struct ProcessSpec {
   // AICLOUD_ATTEMPT_ID=<attempt_id>. Nothing else of the agent's environment reaches it.
   std::map<std::string, std::string> env;
   std::string working_dir;                      // created if missing; "" = the agent's cwd
+  // false: working_dir must exist already (a directory a sandboxed job names is never made by
+  // the agent, as root, for it).
+  bool create_working_dir = true;
   std::string log_path;                         // stdout+stderr appended here; "" = /dev/null
                                                 // (parent directories are created)
   int64_t cpu_millis = 0;                       // cgroup CPU quota when available (0 = no limit)

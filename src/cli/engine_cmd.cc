@@ -250,6 +250,11 @@ void AddEngine(CLI::App& app, int* exit_code) {
     // every user of the host can list.
     const char* key = std::getenv("AICLOUD_REPLICA_SECRET");
     const std::string api_key = key != nullptr ? key : "";
+    if (key != nullptr && api_key.empty()) {  // fail closed: never answer anyone for lack of a key
+      *exit_code = Fail(InvalidArgumentError("AICLOUD_REPLICA_SECRET is set but empty: refusing to serve without a key"));
+      return;
+    }
+    ::unsetenv("AICLOUD_REPLICA_SECRET");  // nothing this process starts inherits it
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);

@@ -23,6 +23,24 @@ struct Api::Call {
 
 namespace {
 
+// The labels that make a Job a Deployment's replica (and so give its attempts the replica's secret
+// and certificate) are the deployment controller's: an API caller may neither set nor change
+// them. `before` is the stored Job (null on create).
+Status ReplicaLabelsKept(const json& before, const json& after) {
+  auto label = [](const json& o, const char* key) {
+    const json meta = o.is_object() ? o.value("metadata", json::object()) : json::object();
+    const json labels = meta.is_object() ? meta.value("labels", json::object()) : json::object();
+    return labels.is_object() && labels.contains(key) ? labels[key] : json();
+  };
+  for (const char* key : {kDeploymentLabel, kRevisionLabel, kPortLabel}) {
+    if (label(before, key) != label(after, key)) {
+      return InvalidArgumentError(std::string("metadata.labels.") + key +
+                                  ": set by the deployment controller on its replicas; a Job cannot set or change it");
+    }
+  }
+  return OkStatus();
+}
+
 thread_local Api::Call* current_call = nullptr;
 
 http::Response Error(const Status& st) { return http::ErrorResponse(st, ValidationFieldOf(st)); }
@@ -740,6 +758,7 @@ http::Response Api::Create(http::Request& req, const std::string& plural, const 
     if (!d.ok()) return Error(d.status());
   }
   if (kind->kind == "Job") {
+    if (Status owned = ReplicaLabelsKept(json(), o); !owned.ok()) return Error(owned);
     Status admit = AdmitJob(o, &warning);
     if (!admit.ok()) {
       Audit(c, "create", plural, tenant, name, false, admit.message(), http::HttpStatusOf(admit));
@@ -810,6 +829,9 @@ http::Response Api::Replace(http::Request& req, const std::string& plural, const
   }
   StatusOr<json> cur = store_->Get({std::string(kind->kind), tenant, name});
   if (!cur.ok()) return Error(cur.status());
+  if (kind->kind == "Job") {
+    if (Status owned = ReplicaLabelsKept(*cur, o); !owned.ok()) return Error(owned);
+  }
   // The server owns status; Jobs keep their spec (cancel and re-create to change it).
   if (cur->contains("status")) o["status"] = (*cur)["status"];
   else o.erase("status");

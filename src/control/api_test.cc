@@ -334,6 +334,32 @@ TEST_F(ApiTest, AuthorizationMatrix) {
   EXPECT_GT(v.records, calls / 2);
 }
 
+// The labels that make a Job a replica (and give it a replica's secret and certificate) are the
+// deployment controller's: even a cluster admin cannot set or change them through the API.
+TEST_F(ApiTest, ReplicaLabelsCannotBeSetThroughTheApi) {
+  const std::string name = Unique("fake-replica");
+  json job = JobBody(name);
+  job["metadata"]["labels"] = {{"aicloud/deployment", "chat"}};
+  http::ClientResponse r = AdminSend("POST", "/api/v1/tenants/a/jobs", job);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("metadata.labels.aicloud/deployment"), std::string::npos) << r.body;
+  job["metadata"]["labels"] = {{"team", "x"}};
+  ASSERT_EQ(AdminSend("POST", "/api/v1/tenants/a/jobs", job).status, 201);
+  json stored = json::parse(AdminSend("GET", "/api/v1/tenants/a/jobs/" + name).body);
+  stored["metadata"]["labels"]["aicloud/port"] = "21000";
+  r = AdminSend("PUT", "/api/v1/tenants/a/jobs/" + name, stored);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("metadata.labels.aicloud/port"), std::string::npos) << r.body;
+  // Other labels stay the caller's (read again: the job controller writes the Job's status).
+  for (int tries = 0; tries < 20; ++tries) {  // compare-and-swap: again on a conflict
+    stored = json::parse(AdminSend("GET", "/api/v1/tenants/a/jobs/" + name).body);
+    stored["metadata"]["labels"]["team"] = "y";
+    r = AdminSend("PUT", "/api/v1/tenants/a/jobs/" + name, stored);
+    if (r.status != 409) break;
+  }
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
 TEST_F(ApiTest, CrossTenantJobListShowsOnlyVisibleTenants) {
   ASSERT_EQ(AdminSend("POST", "/api/v1/tenants/a/jobs", JobBody(Unique("va"))).status, 201);
   ASSERT_EQ(AdminSend("POST", "/api/v1/tenants/b/jobs", JobBody(Unique("vb"))).status, 201);

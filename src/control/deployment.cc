@@ -194,8 +194,11 @@ StatusOr<DeploymentSpec> ParseDeploymentSpec(const json& spec, const std::string
     if (e.contains("args")) {
       for (const json& a : e["args"]) {
         const std::string s = a.get<std::string>();
-        if (s == "--port" || s == "--host" || s == "--model" || s == "--instance" || s.rfind("--port=", 0) == 0 ||
-            s.rfind("--instance=", 0) == 0) {
+        // The platform's flags, as "--flag value" or "--flag=value": where the replica listens,
+        // what it is, and what its adapter endpoint may load.
+        const std::string flag = s.substr(0, s.find('='));
+        if (flag == "--port" || flag == "--host" || flag == "--model" || flag == "--instance" ||
+            flag == "--served-model-name" || flag == "--lora" || flag == "--allow-runtime-lora-paths") {
           return FieldError("spec.engine.args", "\"" + s + "\" is set by the platform");
         }
         if (s.rfind("--prefill-order", 0) == 0 || s.rfind("--max-overtake", 0) == 0) {

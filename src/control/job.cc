@@ -1,5 +1,7 @@
 #include "control/job.h"
 
+#include <filesystem>
+
 #include <cmath>
 
 #include "cluster/catalog.h"
@@ -83,7 +85,18 @@ StatusOr<JobSpec> ParseJobSpec(const json& spec) {
       j.env[k] = v.get<std::string>();
     }
   }
-  if (spec.contains("workingDir")) j.working_dir = spec["workingDir"].get<std::string>();
+  if (spec.contains("workingDir")) {
+    j.working_dir = spec["workingDir"].get<std::string>();
+    // A plain absolute path: the agent must never be led, by "." or "..", to a directory other
+    // than the one named (its own work dir included).
+    const std::filesystem::path wd(j.working_dir);
+    bool dots = false;
+    for (const std::filesystem::path& part : wd) dots |= part == "." || part == "..";
+    if (!j.working_dir.empty() &&
+        (!wd.is_absolute() || dots || wd.lexically_normal() != wd || j.working_dir.find('\0') != std::string::npos)) {
+      return FieldError("spec.workingDir", "\"" + j.working_dir + "\" is not an absolute path without . or .. parts");
+    }
+  }
   bool cpu_given = false, mem_given = false;
   if (spec.contains("resources") && spec["resources"].is_object()) {
     const json& r = spec["resources"];

@@ -51,6 +51,21 @@ TEST(JobSpecTest, IsolationIsNoneUnlessNetworkIsAsked) {
   EXPECT_EQ(j.status().message(), "spec.isolation: \"host\" is not none or network");
 }
 
+// A workingDir is a plain absolute path: "." and ".." could lead the agent, which prepares a
+// sandboxed job's directories as root, to its own work dir.
+TEST(JobSpecTest, WorkingDirIsAPlainAbsolutePath) {
+  StatusOr<JobSpec> j = ParseJobSpec(json::parse(R"({"command": "x", "workingDir": "/data/run1"})"));
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(j->working_dir, "/data/run1");
+  for (const char* bad : {"/var/lib/aicloud/attempts/..", "/var/lib/aicloud/attempts/.", "relative/dir",
+                          "/a/../b", "/a/./b"}) {
+    j = ParseJobSpec(json{{"command", "x"}, {"workingDir", bad}});
+    ASSERT_FALSE(j.ok()) << bad;
+    EXPECT_EQ(j.status().message(),
+              std::string("spec.workingDir: \"") + bad + "\" is not an absolute path without . or .. parts");
+  }
+}
+
 TEST(JobSpecTest, RejectsImpossibleRequestsNamingTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"command": "x", "workers": 0})", "spec.workers"},
