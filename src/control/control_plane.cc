@@ -984,7 +984,7 @@ json ControlPlane::AttemptJson(const Job& job, const Worker& w) const {
     // Only in the assignment: the stored Job (what the API shows) never holds the secret.
     const json labels = job.object.value("metadata", json::object()).value("labels", json::object());
     if (labels.is_object() && labels.contains(kDeploymentLabel)) {
-      env[kReplicaSecretEnv] = options_.replica_secrets->For(job.tenant, job.name, job.uid);
+      env[kReplicaSecretEnv] = options_.replica_secrets->For(job.tenant, job.name, w.attempt);
     }
   }
   json tls;

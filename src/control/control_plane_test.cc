@@ -132,7 +132,7 @@ TEST_F(ControlPlaneTest, OnlyReplicaAttemptsGetTheirSecret) {
   for (const json& a : attempts) {
     const json stored = JobNow(a["job"].get<std::string>());
     if (a["job"] == "chat-r1") {
-      const std::string want = secrets_.For("nlp", "chat-r1", stored["metadata"]["uid"].get<std::string>());
+      const std::string want = secrets_.For("nlp", "chat-r1", a["attempt"].get<std::string>());
       ASSERT_EQ(want.size(), 64u);
       EXPECT_EQ(a["env"].value(kReplicaSecretEnv, ""), want);
       EXPECT_EQ(stored.dump().find(want), std::string::npos);

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/thread_name.h"
+#include "auth/auth.h"
 #include "control/job.h"
 #include "control/replica_secret.h"
 #include "http/client.h"
@@ -415,7 +416,22 @@ Prober HttpProber(std::chrono::milliseconds timeout, std::string ca_pem) {
     ReplicaProbe p;
     http::Client c(base_url, {.ca_pem = ca_pem, .timeout = timeout});
     http::Headers headers;
-    if (!secret.empty()) headers.emplace_back("Authorization", "Bearer " + secret);
+    if (!secret.empty()) {
+      // The engine must prove it holds the secret before it is sent: a process squatting on the
+      // port (another tenant's job on the node) never gets it.
+      const std::string nonce = auth::RandomHex(16);
+      StatusOr<http::ClientResponse> asked = c.Send("GET", "/health?nonce=" + nonce);
+      if (!asked.ok()) return p;
+      const json answer = json::parse(asked->body, nullptr, /*allow_exceptions=*/false);
+      const bool proved = asked->status == 200 && answer.is_object() && answer.contains("proof") &&
+                          answer["proof"].is_string() &&
+                          auth::ConstantTimeEquals(answer["proof"].get<std::string>(), ReplicaProof(secret, nonce));
+      if (!proved) {
+        p.secret_refused = true;
+        return p;
+      }
+      headers.emplace_back("Authorization", "Bearer " + secret);
+    }
     StatusOr<http::ClientResponse> h = c.Send("GET", "/health", "", headers);
     if (h.ok() && h->status == 401) p.secret_refused = true;
     if (!h.ok() || h->status != 200) return p;
@@ -432,7 +448,13 @@ Prober HttpProber(std::chrono::milliseconds timeout, std::string ca_pem) {
 
 std::string DeploymentController::SecretOf(const json& job) const {
   if (options_.replica_secrets == nullptr) return "";
-  return options_.replica_secrets->For(TenantOf(job), NameOf(job), job["metadata"].value("uid", std::string()));
+  // The current attempt's: written to the Job's status before its agent can start it.
+  const json workers = job.value("status", json::object()).value("workers", json::array());
+  const std::string attempt = workers.is_array() && !workers.empty() && workers[0].is_object()
+                                  ? workers[0].value("attempt", std::string())
+                                  : std::string();
+  if (attempt.empty()) return "";
+  return options_.replica_secrets->For(TenantOf(job), NameOf(job), attempt);
 }
 
 std::vector<ReplicaProbe> DeploymentController::ProbeAll(

@@ -65,8 +65,9 @@ namespace aicloud::control {
 // What a probe of one replica found.
 struct ReplicaProbe {
   bool healthy = false;  // GET /health answered 200
-  // GET /health answered 401: the port is held by an engine that does not take this replica's
-  // secret (another replica's, or another server's), so not this replica's engine.
+  // The port's process could not prove it holds this replica's secret (GET /health?nonce= gave no
+  // or a wrong proof, or 401): another replica's or another server's engine, or a squatter. The
+  // secret was not sent to it.
   bool secret_refused = false;
   int running = 0;       // vllm:num_requests_running
   int waiting = 0;       // vllm:num_requests_waiting
@@ -84,7 +85,8 @@ struct ReplicaProbe {
 };
 
 // (base_url "http://127.0.0.1:21000" or "https://...", the replica's secret: "" for none) ->
-// probe. The default uses http::Client with a short timeout and presents the secret as
+// probe. The default uses http::Client with a short timeout; with a secret it first has the
+// engine prove it holds it (GET /health?nonce=, replica_secret.h), then presents it as
 // "Authorization: Bearer"; https replicas must present a certificate of the CA `ca_pem` (the
 // cluster's replica CA, replica_ca.h) for their address.
 using Prober = std::function<ReplicaProbe(const std::string& base_url, const std::string& secret)>;

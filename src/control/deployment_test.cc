@@ -319,7 +319,8 @@ class DeploymentControllerTest : public ::testing::Test {
   void RunAll(ReplicaProbe probe = {.healthy = true}) {
     for (json j : Replicas()) {
       if (j.value("status", json::object()).value("phase", "") != "Running") {
-        j["status"] = {{"phase", "Running"}, {"workers", {{{"node", "n1"}}}}};
+        j["status"] = {{"phase", "Running"},
+                       {"workers", {{{"node", "n1"}, {"attempt", j["metadata"]["uid"].get<std::string>() + "-a1-w0"}}}}};
         ASSERT_TRUE(store_.Update(j, 0).ok());
       }
       fake_["http://127.0.0.1:" + j["metadata"]["labels"][kPortLabel].get<std::string>()] = probe;
@@ -406,7 +407,7 @@ TEST_F(DeploymentControllerTest, ReplicaSecretsReachProbesAndRoutesButNotTheStat
   for (const json& j : Replicas()) {
     const std::string url = "http://127.0.0.1:" + j["metadata"]["labels"][kPortLabel].get<std::string>();
     const std::string want = secrets_.For("acme", j["metadata"]["name"].get<std::string>(),
-                                          j["metadata"]["uid"].get<std::string>());
+                                          j["status"]["workers"][0]["attempt"].get<std::string>());
     ASSERT_EQ(want.size(), 64u);
     EXPECT_EQ(probe_secrets_[url], want) << url;
     seen.insert(want);
@@ -434,35 +435,73 @@ TEST_F(DeploymentControllerTest, ReplicaSecretsReachProbesAndRoutesButNotTheStat
   size_t kept = 0;
   for (const std::string& s : now) kept += seen.count(s);
   EXPECT_EQ(kept, 1u) << "the replacement reused an old secret";
+
+  // A replica's next attempt (a restart, a move) has a new secret too.
+  json moved = Replicas()[0];
+  const std::string before = secrets_.For("acme", moved["metadata"]["name"].get<std::string>(),
+                                          moved["status"]["workers"][0]["attempt"].get<std::string>());
+  moved["status"]["workers"][0]["attempt"] = moved["metadata"]["uid"].get<std::string>() + "-a2-w0";
+  ASSERT_TRUE(store_.Update(moved, 0).ok());
+  dc_->Turn();
+  const std::string url = "http://127.0.0.1:" + moved["metadata"]["labels"][kPortLabel].get<std::string>();
+  EXPECT_NE(probe_secrets_[url], before);
+  EXPECT_EQ(probe_secrets_[url],
+            secrets_.For("acme", moved["metadata"]["name"].get<std::string>(), moved["status"]["workers"][0]["attempt"].get<std::string>()));
 }
 
-// The real prober presents the secret on /health and /metrics; a 401 tells the controller the
-// port's engine is not this replica's.
-TEST(HttpProberTest, PresentsTheSecretAndReportsARefusal) {
-  std::atomic<int> metrics_ok{0};
-  StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start({.worker_threads = 2}, [&](http::Request& r) {
-    if (r.HeaderView("authorization") != "Bearer right") return http::Response::Json(401, {{"error", "no"}});
-    if (r.path == "/metrics") {
-      ++metrics_ok;
-      return http::Response::Text(200, "vllm:num_requests_running{model_name=\"m\"} 3\n");
-    }
-    return http::Response::Json(200, {{"instance", "chat-r1"}});
-  });
-  ASSERT_TRUE(server.ok()) << server.status();
-  const std::string url = "http://127.0.0.1:" + std::to_string((*server)->port());
+// The real prober has the engine prove it holds the secret before sending it, then presents it on
+// /health and /metrics. A process on the port that cannot prove it (a squatter, or an engine with
+// another secret) never receives the secret, and the controller learns the port is not its
+// replica's.
+TEST(HttpProberTest, SendsTheSecretOnlyToAnEngineThatProvesItHoldsIt) {
+  struct Engine {
+    std::string key;  // what the process on the port holds ("" = nothing: a squatter)
+    std::mutex mu;
+    std::vector<std::string> authorizations;
+    std::atomic<int> metrics_ok{0};
+    std::unique_ptr<http::Server> server;
+    std::string url;
+  };
+  auto start = [](Engine* e) {
+    StatusOr<std::unique_ptr<http::Server>> s = http::Server::Start({.worker_threads = 2}, [e](http::Request& r) {
+      {
+        std::lock_guard<std::mutex> l(e->mu);
+        e->authorizations.emplace_back(r.HeaderView("authorization"));
+      }
+      if (r.path == "/health" && r.query.count("nonce")) {
+        // A squatter answers what it can: a made-up proof.
+        return http::Response::Json(200, {{"proof", e->key.empty() ? std::string(64, 'a') : ReplicaProof(e->key, r.Query("nonce"))}});
+      }
+      if (e->key.empty() || r.HeaderView("authorization") != "Bearer " + e->key) return http::Response::Json(401, {{"error", "no"}});
+      if (r.path == "/metrics") {
+        ++e->metrics_ok;
+        return http::Response::Text(200, "vllm:num_requests_running{model_name=\"m\"} 3\n");
+      }
+      return http::Response::Json(200, {{"instance", "chat-r1"}});
+    });
+    ASSERT_TRUE(s.ok()) << s.status();
+    e->server = std::move(*s);
+    e->url = "http://127.0.0.1:" + std::to_string(e->server->port());
+  };
+  Engine right, other, squatter;
+  right.key = "right";
+  other.key = "other";
+  for (Engine* e : {&right, &other, &squatter}) start(e);
   const Prober probe = HttpProber(std::chrono::milliseconds(2000));
-  ReplicaProbe p = probe(url, "right");
+  ReplicaProbe p = probe(right.url, "right");
   EXPECT_TRUE(p.healthy);
   EXPECT_FALSE(p.secret_refused);
   EXPECT_EQ(p.instance, "chat-r1");
   EXPECT_EQ(p.running, 3);
-  EXPECT_EQ(metrics_ok.load(), 1);
-  for (const std::string& wrong : {std::string("wrong"), std::string()}) {
-    p = probe(url, wrong);
-    EXPECT_FALSE(p.healthy) << wrong;
-    EXPECT_TRUE(p.secret_refused) << wrong;
+  EXPECT_EQ(right.metrics_ok.load(), 1);
+  for (Engine* e : {&other, &squatter}) {
+    p = probe(e->url, "right");
+    EXPECT_FALSE(p.healthy) << e->url;
+    EXPECT_TRUE(p.secret_refused) << e->url;
+    std::lock_guard<std::mutex> l(e->mu);
+    for (const std::string& a : e->authorizations) EXPECT_EQ(a.find("right"), std::string::npos) << "the secret was sent";
   }
-  (*server)->Stop();
+  for (Engine* e : {&right, &other, &squatter}) e->server->Stop();
 }
 
 TEST(ReplicaSecretsTest, TheClusterKeyIsMadeOnceAndSharedByEveryServer) {

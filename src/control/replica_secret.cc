@@ -44,12 +44,16 @@ StatusOr<ReplicaSecrets> ReplicaSecrets::Load(store::Store* store) {
   return ReplicaSecrets(std::move(*key));
 }
 
-std::string ReplicaSecrets::For(std::string_view tenant, std::string_view job, std::string_view uid) const {
+std::string ReplicaSecrets::For(std::string_view tenant, std::string_view job, std::string_view attempt) const {
   if (key_.empty()) return "";
   std::string data;
-  data.reserve(tenant.size() + job.size() + uid.size() + 2);
-  data.append(tenant).append("\n").append(job).append("\n").append(uid);
+  data.reserve(tenant.size() + job.size() + attempt.size() + 2);
+  data.append(tenant).append("\n").append(job).append("\n").append(attempt);
   return auth::HmacSha256Hex(key_, data);
+}
+
+std::string ReplicaProof(std::string_view secret, std::string_view nonce) {
+  return auth::HmacSha256Hex(secret, std::string("aicloud replica proof\n").append(nonce));
 }
 
 }  // namespace aicloud::control

@@ -3,13 +3,18 @@
 // deployment controller (health and metrics probes).
 //
 //   StatusOr<ReplicaSecrets> secrets = ReplicaSecrets::Load(store);   // once, at server start
-//   std::string s = secrets->For("acme", "chat-7f3a-2", job_uid);     // 64 hex chars
+//   std::string s = secrets->For("acme", "chat-7f3a-2", attempt_id);  // 64 hex chars
 //
-// A replica's secret is HMAC-SHA256(cluster key, tenant \n job name \n job uid): nothing per
-// replica is stored, every server on one store derives the same value, and a replaced replica (a
-// new Job, so a new uid) gets a new secret while the old one stops opening anything. The cluster
+// A replica's secret is HMAC-SHA256(cluster key, tenant \n job name \n attempt id): nothing per
+// replica is stored, every server on one store derives the same value, and every new attempt of a
+// replica (a restart, a move to another node, a replacement: attempt ids are never reused and
+// carry the Job's uid) gets a new secret while the old one stops opening anything. The cluster
 // key is a random 256-bit value kept in the store as {kind: ClusterKey, name: replica-secrets},
 // a kind the REST API does not serve; the first server to start creates it.
+//
+// The secret is only ever sent to an engine that proved it holds it: a caller first asks
+// `GET /health?nonce=N` (no credentials) and checks the answer's "proof" against ReplicaProof;
+// a process squatting on a replica's port cannot answer it, so it never receives the secret.
 //
 // Who sees a secret: the agent running the replica (in the attempt's environment as
 // AICLOUD_REPLICA_SECRET, over the agent protocol only; never in the Job object the API shows),
@@ -36,11 +41,15 @@ class ReplicaSecrets {
   // A fixed key (tests). An empty key makes For() return "" (replicas without secrets).
   explicit ReplicaSecrets(std::string key) : key_(std::move(key)) {}
 
-  // The secret of replica Job tenant/name with metadata.uid `uid`; "" when the key is empty.
-  std::string For(std::string_view tenant, std::string_view job, std::string_view uid) const;
+  // The secret of attempt `attempt` of replica Job tenant/name; "" when the key is empty.
+  std::string For(std::string_view tenant, std::string_view job, std::string_view attempt) const;
 
  private:
   std::string key_;
 };
+
+// What an engine holding `secret` answers to GET /health?nonce=<nonce>: HMAC-SHA256(secret,
+// "aicloud replica proof\n" + nonce), hex (the engine computes the same, engine/server/api.cc).
+std::string ReplicaProof(std::string_view secret, std::string_view nonce);
 
 }  // namespace aicloud::control

@@ -1103,6 +1103,9 @@ void Gateway::Background() {
     std::vector<std::shared_ptr<const http::TlsTrust>> trusts;
     for (const std::shared_ptr<const Route>& r : deps_.directory->List()) {
       for (const ReplicaInfo& rep : r->replicas) {
+        // Only replicas the controller found ready (their engine proved it holds the secret it
+        // would be sent): a port not yet (or no longer) the replica's gets nothing.
+        if (!rep.ready) continue;
         urls.push_back(rep.url);
         secrets.push_back(rep.secret);
         trusts.push_back(rep.tls);

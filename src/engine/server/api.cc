@@ -7,8 +7,7 @@
 #include <random>
 #include <string>
 
-#include <openssl/crypto.h>
-
+#include "auth/auth.h"
 #include "http/usage_header.h"
 
 namespace aicloud::engine {
@@ -322,10 +321,10 @@ namespace {
 // Whether `r` carries "Authorization: Bearer <api_key>"; the comparison takes the same time
 // wherever the first difference is.
 bool Presents(const http::Request& r, const std::string& api_key) {
-  const std::string_view auth = r.HeaderView("authorization");
+  const std::string_view header = r.HeaderView("authorization");
   constexpr std::string_view kBearer = "Bearer ";
-  if (auth.size() != kBearer.size() + api_key.size() || auth.substr(0, kBearer.size()) != kBearer) return false;
-  return CRYPTO_memcmp(auth.data() + kBearer.size(), api_key.data(), api_key.size()) == 0;
+  if (header.size() <= kBearer.size() || header.substr(0, kBearer.size()) != kBearer) return false;
+  return auth::ConstantTimeEquals(header.substr(kBearer.size()), api_key);
 }
 
 }  // namespace
@@ -339,6 +338,15 @@ StatusOr<std::unique_ptr<EngineServer>> EngineServer::Start(Engine* engine, http
   options.thread_name = "engine";
   StatusOr<std::unique_ptr<http::Server>> server = http::Server::Start(
       std::move(options), [router, key = std::move(api_key)](http::Request& r) {
+        if (!key.empty() && r.method == "GET" && r.path == "/health" && r.query.count("nonce") != 0) {
+          // The proof that this engine holds the key, asked before a caller sends it
+          // (control/replica_secret.h): HMAC(key, "aicloud replica proof\n" + nonce), nothing else.
+          const std::string nonce = r.Query("nonce");
+          if (nonce.empty() || nonce.size() > 128) {
+            return OpenAiError(InvalidArgumentError("nonce: 1 to 128 characters"));
+          }
+          return http::Response::Json(200, {{"proof", auth::HmacSha256Hex(key, "aicloud replica proof\n" + nonce)}});
+        }
         if (!key.empty() && !Presents(r, key)) {
           http::Response denied = OpenAiError(UnauthenticatedError(
               "this engine answers only callers that present its key as 'Authorization: Bearer <key>'"));

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "auth/auth.h"
 #include "engine/lora/random_adapter.h"
 #include "engine/model/random_checkpoint.h"
 #include "engine/model/model_test_util.h"
@@ -629,6 +630,15 @@ TEST(EngineApiTest, AReplicaKeyIsDemandedOnEveryEndpoint) {
   StatusOr<http::ClientResponse> ok = s->client->Send("POST", "/v1/completions", body, {{"Authorization", "Bearer " + key}});
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(ok->status, 200) << ok->body;
+
+  // Without the key, the one thing it answers: the proof that it holds it, for a caller about to
+  // send it (control/replica_secret.h), and nothing else.
+  StatusOr<http::ClientResponse> proof = s->client->Send("GET", "/health?nonce=n0nce");
+  ASSERT_TRUE(proof.ok());
+  EXPECT_EQ(proof->status, 200) << proof->body;
+  EXPECT_EQ(json::parse(proof->body), json({{"proof", auth::HmacSha256Hex(key, "aicloud replica proof\nn0nce")}}));
+  EXPECT_EQ(s->client->Send("GET", "/health?nonce=" + std::string(129, 'x'))->status, 400);
+  EXPECT_EQ(s->client->Send("GET", "/metrics?nonce=n0nce")->status, 401);
 }
 
 // With the files the agent writes named in its environment, the engine serves HTTPS only.
