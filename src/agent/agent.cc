@@ -206,18 +206,27 @@ Status Agent::SandboxAttemptLocked(const std::string& tenant, ProcessSpec* spec)
   StatusOr<uint32_t> uid = uids_->UidOf(PathComponent(tenant));
   if (!uid.ok()) return uid.status();
   const fs::path work(options_.work_dir);
-  const fs::path ckpt = spec->env["AICLOUD_CHECKPOINT_DIR"];
-  AICLOUD_RETURN_IF_ERROR(MakePrivateDir(ckpt.parent_path().string(), *uid));
-  AICLOUD_RETURN_IF_ERROR(MakePrivateDir(ckpt.string(), *uid));
+  // A Deployment replica runs as the uid after its tenant's (the block's second): the tenant's own
+  // jobs cannot read its environment (/proc/<pid>/environ holds the replica's secret) nor its
+  // files (its TLS key), so they too reach it only through the gateway. It has no checkpoints.
+  const bool replica = spec->env.count("AICLOUD_REPLICA_SECRET") != 0;
+  const uint32_t run_as = replica ? *uid + 1 : *uid;
+  if (replica) {
+    spec->env.erase("AICLOUD_CHECKPOINT_DIR");
+  } else {
+    const fs::path ckpt = spec->env["AICLOUD_CHECKPOINT_DIR"];
+    AICLOUD_RETURN_IF_ERROR(MakePrivateDir(ckpt.parent_path().string(), *uid));
+    AICLOUD_RETURN_IF_ERROR(MakePrivateDir(ckpt.string(), *uid));
+  }
   // Only the attempt dir the agent chose (the exact path) is made the tenant's; a workingDir the
   // job names must already exist and be reachable by the tenant uid: the agent creates, chowns
   // or chmods nothing of it.
   if (spec->working_dir == (work / "attempts" / PathComponent(spec->attempt_id)).string()) {
-    AICLOUD_RETURN_IF_ERROR(MakePrivateDir(spec->working_dir, *uid));
+    AICLOUD_RETURN_IF_ERROR(MakePrivateDir(spec->working_dir, run_as));
   } else {
     spec->create_working_dir = false;
   }
-  spec->sandbox.uid = *uid;
+  spec->sandbox.uid = run_as;
   return OkStatus();
 }
 

@@ -597,6 +597,30 @@ TEST_F(AgentLoopTest, TenantsRunUnderTheirOwnUidsAndCannotReadEachOther) {
   EXPECT_EQ(st.st_mode & 07777, 0700u);
   std::ofstream(a_work + "/done") << "";
   ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a1")["state"] == "Succeeded"; }));
+
+  // A Deployment replica of tenant A runs as the uid after A's: A's own jobs cannot read its
+  // environment (where its secret is) nor its working dir.
+  json replica = Attempt("r1", "id -u; echo up; while [ ! -e \"$HOME/done\" ]; do sleep 0.02; done", json::array(),
+                         "tenant-a", "chat-r");
+  replica["env"]["AICLOUD_REPLICA_SECRET"] = "s3cret";
+  cp.SetDesired({replica});
+  ASSERT_TRUE(WaitFor([&] { return cp.Log("r1").find("up\n") != std::string::npos; })) << cp.Log("r1");
+  const std::string r_uid = cp.Log("r1").substr(0, cp.Log("r1").find('\n'));
+  EXPECT_EQ(std::stoul(r_uid), std::stoul(a_uid) + 1);
+  const std::string r_work = dir.path() + "/attempts/r1";
+  json peek = Attempt("a2",
+                      "for p in $(pgrep -u " + r_uid + "); do echo pid; cat /proc/$p/environ 2>&1 | tr '\\0' '\\n'; done; "
+                      "ls " + r_work + " 2>&1; echo end",
+                      json::array(), "tenant-a", "peek");
+  cp.SetDesired({replica, peek});
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("a2")["state"] == "Succeeded"; })) << cp.LastReport("a2");
+  const std::string peek_log = cp.Log("a2");
+  EXPECT_NE(peek_log.find("pid\n"), std::string::npos) << "no replica process seen: " << peek_log;
+  EXPECT_EQ(peek_log.find("s3cret"), std::string::npos) << peek_log;
+  EXPECT_NE(peek_log.find("/environ: Permission denied"), std::string::npos) << peek_log;
+  EXPECT_NE(peek_log.find("ls: cannot open directory '" + r_work + "': Permission denied"), std::string::npos) << peek_log;
+  std::ofstream(r_work + "/done") << "";
+  ASSERT_TRUE(WaitFor([&] { return cp.LastReport("r1")["state"] == "Succeeded"; }));
 }
 
 TEST_F(AgentLoopTest, NetworkIsolationIsPerJob) {

@@ -1,6 +1,8 @@
 #include "agent/sandbox.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +17,8 @@
 #include <set>
 #include <sstream>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 namespace aicloud::agent {
 namespace {
@@ -55,6 +59,22 @@ std::vector<std::string> Prefixes(const std::string& path) {
   }
   while (out.size() > 1 && out.back().empty()) out.pop_back();
   return out;
+}
+
+// "" when no user or group of the system's databases has id `id`; else who does.
+std::string IdOwner(uint32_t id) {
+  std::vector<char> buf(16384);
+  struct passwd pw {};
+  struct passwd* user = nullptr;
+  if (::getpwuid_r(id, &pw, buf.data(), buf.size(), &user) == 0 && user != nullptr) {
+    return "uid " + std::to_string(id) + " is user " + user->pw_name + "; ";
+  }
+  struct group gr {};
+  struct group* grp = nullptr;
+  if (::getgrgid_r(id, &gr, buf.data(), buf.size(), &grp) == 0 && grp != nullptr) {
+    return "gid " + std::to_string(id) + " is group " + grp->gr_name + "; ";
+  }
+  return "";
 }
 
 }  // namespace
@@ -179,10 +199,16 @@ StatusOr<uint32_t> TenantUids::UidOf(const std::string& tenant) {
   for (const auto& [t, uid] : *m) taken.insert(uid);
   std::optional<uint32_t> free;
   for (uint64_t uid = range_.first; uid + kUidsPerTenant - 1 <= range_.last; uid += kUidsPerTenant) {
-    if (!taken.count(static_cast<uint32_t>(uid))) {
-      free = static_cast<uint32_t>(uid);
-      break;
+    if (taken.count(static_cast<uint32_t>(uid))) continue;
+    // A block whose uids in use (the tenant's, its replicas') name an account or a group of the
+    // system's user database (files, LDAP, SSSD: whatever NSS answers) is skipped: a tenant never
+    // runs as somebody.
+    if (std::string who = IdOwner(static_cast<uint32_t>(uid)) + IdOwner(static_cast<uint32_t>(uid + 1)); !who.empty()) {
+      spdlog::warn("sandbox: uid block {} skipped: {}", uid, who);
+      continue;
     }
+    free = static_cast<uint32_t>(uid);
+    break;
   }
   if (!free) {
     return ResourceExhaustedError("sandbox: every uid block of " + range_.ToString() +

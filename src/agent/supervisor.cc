@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(5);
+constexpr rlim_t kMaxTasksPerSandboxUid = 16384;
 constexpr const char* kDefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 // What a child that failed before exec reports through its CLOEXEC pipe.
@@ -265,6 +266,12 @@ struct ChildArgs {
       const rlim_t n = std::min(c.max_open_files, files.rlim_max);
       files = {n, n};
       if (::setrlimit(RLIMIT_NOFILE, &files) != 0) ChildFail(err_fd, kStageLimits, errno);
+    }
+    // Tasks (processes and threads) of the sandbox uid on this node: a fork bomb of one tenant
+    // stops there instead of taking the node's pid space.
+    if (c.set_uid) {
+      struct rlimit tasks {kMaxTasksPerSandboxUid, kMaxTasksPerSandboxUid};
+      if (::setrlimit(RLIMIT_NPROC, &tasks) != 0) ChildFail(err_fd, kStageLimits, errno);
     }
   }
 
