@@ -390,6 +390,14 @@ StatusOr<std::map<std::string, std::string>> GpuIsolation::Prepare(const std::st
                                       " as " + m->uuid,
                                   tenant, job, e.index));
         } else {
+          // Never two tenants on one slice: a holder of another tenant means the placement is
+          // wrong (or stale); this attempt does not start there.
+          for (const auto& h : created_[found].holders) {
+            if (h.tenant != tenant) {
+              return fail(e.index, FailedPreconditionError(what + ": the MIG instance there is in use by tenant " +
+                                                           h.tenant + "; it is not shared across tenants"));
+            }
+          }
           created_[found].holders.push_back({attempt, tenant, job});
           made.push_back(found);
           inst = created_[found].instance;

@@ -3,6 +3,8 @@
 #include "agent/gpu_isolation.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -95,6 +97,22 @@ TEST_F(GpuIsolationTest, MigSliceIsCreatedAtThePlacedSlotAndDestroyedWhenRelease
   EXPECT_TRUE(gpus->Holders().empty());
   gpus->Release("a1", &events_);  // idempotent
   EXPECT_EQ(Events("MigInstanceDestroyed").size(), 1u);
+}
+
+// Another attempt of the same tenant may join a MIG instance the agent made; another tenant's
+// never does, and the instance stays its holder's.
+TEST_F(GpuIsolationTest, AMigInstanceIsNeverSharedAcrossTenants) {
+  auto gpus = Started();
+  ASSERT_TRUE(gpus->Prepare("a1", "alice", "j", Mig(0, 4, "3g.40gb"), &events_).ok());
+  ASSERT_TRUE(gpus->Prepare("a2", "alice", "j", Mig(0, 4, "3g.40gb"), &events_).ok());
+  StatusOr<std::map<std::string, std::string>> env = gpus->Prepare("b1", "bob", "jb", Mig(0, 4, "3g.40gb"), &events_);
+  ASSERT_FALSE(env.ok());
+  EXPECT_NE(env.status().message().find("in use by tenant alice"), std::string::npos) << env.status();
+  EXPECT_EQ(fake_.State()["gpus"][0]["instances"].size(), 1u);
+  std::vector<std::string> holders = gpus->Holders();
+  std::sort(holders.begin(), holders.end());
+  EXPECT_EQ(holders, (std::vector<std::string>{"a1", "a2"}));
+  EXPECT_TRUE(Events("GpuMemoryWiped").empty()) << "nothing of alice's was wiped for bob";
 }
 
 TEST_F(GpuIsolationTest, AnOccupiedSlotIsAnErrorEventAndNothingIsLeftBehind) {
