@@ -622,6 +622,10 @@ void Agent::StartAttemptLocked(const json& a) {
   }
   for (const auto& [k, v] : *gpu_env) spec.env[k] = v;
   devices = spec.env["CUDA_VISIBLE_DEVICES"];
+  // The other GPUs' device files stay closed to it (where the cgroups have a devices controller).
+  if (options_.node_spec.is_object() && !options_.simulated_gpus) {
+    spec.deny_devices = GpuDeviceDenials(options_.node_spec.value("gpus", json::array()), a.value("gpus", json::array()));
+  }
 
   std::string wd = a.value("workingDir", "");
   spec.working_dir = wd.empty() ? (work / "attempts" / PathComponent(id)).string() : wd;

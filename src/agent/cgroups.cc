@@ -165,10 +165,13 @@ class V2Backend : public CgroupBackend {
 
 class V1Group : public AttemptCgroup {
  public:
-  V1Group(std::string cpu_dir, std::string memory_dir)
+  V1Group(std::string cpu_dir, std::string memory_dir, std::string devices_dir)
       : cpu_dir_(std::move(cpu_dir)),
         memory_dir_(std::move(memory_dir)),
-        procs_{cpu_dir_ + "/cgroup.procs", memory_dir_ + "/cgroup.procs"} {}
+        devices_dir_(std::move(devices_dir)),
+        procs_{cpu_dir_ + "/cgroup.procs", memory_dir_ + "/cgroup.procs"} {
+    if (!devices_dir_.empty()) procs_.push_back(devices_dir_ + "/cgroup.procs");
+  }
   const std::vector<std::string>& ProcsFiles() const override { return procs_; }
   void KillAll() override {
     // No cgroup.kill in v1: kill what is listed until nothing is (a process may fork meanwhile;
@@ -194,32 +197,42 @@ class V1Group : public AttemptCgroup {
   }
   bool Remove() override {
     bool gone = true;
-    for (const std::string& dir : {cpu_dir_, memory_dir_}) {
-      if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) gone = false;
+    for (const std::string& dir : {cpu_dir_, memory_dir_, devices_dir_}) {
+      if (!dir.empty() && ::rmdir(dir.c_str()) != 0 && errno != ENOENT) gone = false;
     }
     return gone;
   }
 
  private:
-  std::string cpu_dir_, memory_dir_;
+  std::string cpu_dir_, memory_dir_, devices_dir_;
   std::vector<std::string> procs_;
 };
 
 class V1Backend : public CgroupBackend {
  public:
-  V1Backend(std::string cpu_root, std::string memory_root)
-      : cpu_root_(std::move(cpu_root)), memory_root_(std::move(memory_root)) {}
+  V1Backend(std::string cpu_root, std::string memory_root, std::string devices_root)
+      : cpu_root_(std::move(cpu_root)), memory_root_(std::move(memory_root)), devices_root_(std::move(devices_root)) {}
   std::string Describe() const override {
-    return "cgroup v1 at " + cpu_root_ + " and " + memory_root_;
+    return "cgroup v1 at " + cpu_root_ + " and " + memory_root_ +
+           (devices_root_.empty() ? " (no devices controller: device access not limited)" : ", devices at " + devices_root_);
   }
   StatusOr<std::unique_ptr<AttemptCgroup>> Create(const std::string& name,
                                                   const CgroupLimits& limits) const override {
-    StatusOr<std::string> fresh = MakeFreshGroup({cpu_root_, memory_root_}, name);
+    const bool devices = !devices_root_.empty() && !limits.deny_devices.empty();
+    std::vector<std::string> roots = {cpu_root_, memory_root_};
+    if (devices) roots.push_back(devices_root_);
+    StatusOr<std::string> fresh = MakeFreshGroup(roots, name);
     if (!fresh.ok()) return fresh.status();
     const std::string cpu = cpu_root_ + "/" + *fresh, mem = memory_root_ + "/" + *fresh;
-    auto group = std::make_unique<V1Group>(cpu, mem);
+    auto group = std::make_unique<V1Group>(cpu, mem, devices ? devices_root_ + "/" + *fresh : "");
     Status s = OkStatus();
-    if (limits.cpu_millis > 0) {
+    if (devices) {
+      for (const std::string& rule : limits.deny_devices) {
+        if (!s.ok()) break;
+        s = WriteOrError(devices_root_ + "/" + *fresh + "/devices.deny", rule);
+      }
+    }
+    if (s.ok() && limits.cpu_millis > 0) {
       const int64_t quota = std::max<int64_t>(1000, limits.cpu_millis * 100);
       s = WriteOrError(cpu + "/cpu.cfs_period_us", "100000");
       if (s.ok()) s = WriteOrError(cpu + "/cpu.cfs_quota_us", std::to_string(quota));
@@ -240,7 +253,7 @@ class V1Backend : public CgroupBackend {
   }
 
  private:
-  std::string cpu_root_, memory_root_;
+  std::string cpu_root_, memory_root_, devices_root_;
 };
 
 struct Mount {
@@ -305,7 +318,8 @@ StatusOr<std::unique_ptr<CgroupBackend>> OpenCgroupV2(const std::string& root) {
 }
 
 StatusOr<std::unique_ptr<CgroupBackend>> OpenCgroupV1(const std::string& cpu_root,
-                                                      const std::string& memory_root) {
+                                                      const std::string& memory_root,
+                                                      const std::string& devices_root) {
   for (const std::string& root : {cpu_root, memory_root}) {
     AICLOUD_RETURN_IF_ERROR(MakeDir(root));
     if (!Exists(root + "/cgroup.procs")) {
@@ -322,17 +336,25 @@ StatusOr<std::unique_ptr<CgroupBackend>> OpenCgroupV1(const std::string& cpu_roo
   if (!Exists(memory_root + "/memory.limit_in_bytes")) {
     return FailedPreconditionError(memory_root + " has no memory.limit_in_bytes");
   }
-  return std::unique_ptr<CgroupBackend>(std::make_unique<V1Backend>(cpu_root, memory_root));
+  // The devices controller is optional: without it (or without devices.deny) attempts can open
+  // any device file their uid may.
+  std::string devices;
+  if (!devices_root.empty() && MakeDir(devices_root).ok() && Exists(devices_root + "/devices.deny") &&
+      ::access(devices_root.c_str(), W_OK) == 0) {
+    devices = devices_root;
+  }
+  return std::unique_ptr<CgroupBackend>(std::make_unique<V1Backend>(cpu_root, memory_root, devices));
 }
 
 std::unique_ptr<CgroupBackend> DetectCgroups(std::string* why, const std::string& mounts) {
-  std::string cpu_mount, memory_mount;
+  std::string cpu_mount, memory_mount, devices_mount;
   bool unified = false;
   for (const Mount& m : ReadMounts(mounts)) {
     if (m.type == "cgroup2" && m.dir == "/sys/fs/cgroup") unified = true;
     if (m.type != "cgroup") continue;
     if (cpu_mount.empty() && HasWord(m.options, "cpu", ',')) cpu_mount = m.dir;
     if (memory_mount.empty() && HasWord(m.options, "memory", ',')) memory_mount = m.dir;
+    if (devices_mount.empty() && HasWord(m.options, "devices", ',')) devices_mount = m.dir;
   }
   if (unified) {
     StatusOr<std::unique_ptr<CgroupBackend>> v2 = OpenCgroupV2("/sys/fs/cgroup/aicloud");
@@ -352,7 +374,8 @@ std::unique_ptr<CgroupBackend> DetectCgroups(std::string* why, const std::string
     return mount + own + "/aicloud";
   };
   StatusOr<std::unique_ptr<CgroupBackend>> v1 =
-      OpenCgroupV1(root(cpu_mount, "cpu"), root(memory_mount, "memory"));
+      OpenCgroupV1(root(cpu_mount, "cpu"), root(memory_mount, "memory"),
+                   devices_mount.empty() ? "" : root(devices_mount, "devices"));
   if (v1.ok()) return std::move(*v1);
   *why = "no cgroup limits: " + std::string(v1.status().message());
   return nullptr;

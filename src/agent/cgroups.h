@@ -19,7 +19,9 @@
 //       hierarchy carries cpuacct) and <memory root>/<attempt> (memory.limit_in_bytes, and
 //       memory.memsw.limit_in_bytes when swap accounting is on, so swap cannot dodge the limit);
 //       OOM from memory.oom_control's oom_kill counter; leftovers killed pid by pid from
-//       cgroup.procs. Roots: <mount of the cpu controller>/aicloud and <mount of memory>/aicloud.
+//       cgroup.procs. Roots: <mount of the cpu controller>/aicloud and <mount of memory>/aicloud;
+//       with the devices controller mounted, <devices root>/<attempt> gets the attempt's
+//       devices.deny lines (CgroupLimits::deny_devices) when it has any.
 // Every backend takes its directories as constructor parameters, so tests point them at a temp
 // tree that imitates cgroupfs.
 //
@@ -39,6 +41,10 @@ namespace aicloud::agent {
 struct CgroupLimits {
   int64_t cpu_millis = 0;    // 0 = no CPU limit; 1000 = one CPU
   int64_t memory_bytes = 0;  // 0 = no memory limit
+  // Devices the attempt may not open, as devices.deny lines ("c 195:3 rwm": another GPU's
+  // /dev/nvidia3). v1 with the devices controller mounted only; elsewhere not enforced
+  // (Describe says so).
+  std::vector<std::string> deny_devices;
 };
 
 // One attempt's group (in v1, one directory per hierarchy).
@@ -79,7 +85,8 @@ StatusOr<std::unique_ptr<CgroupBackend>> OpenCgroupV2(const std::string& root);
 // The v1 backend: attempts get <cpu_root>/<name> and <memory_root>/<name>. The roots are created
 // when missing. FAILED_PRECONDITION saying why when they cannot be used.
 StatusOr<std::unique_ptr<CgroupBackend>> OpenCgroupV1(const std::string& cpu_root,
-                                                      const std::string& memory_root);
+                                                      const std::string& memory_root,
+                                                      const std::string& devices_root = "");
 
 // Picks the backend from `mounts` (the format of /proc/mounts): v2 when /sys/fs/cgroup is a
 // cgroup2 mount that offers cpu and memory, else v1 when the cpu and memory controllers are

@@ -3,6 +3,8 @@
 #include "agent/cgroups.h"
 
 #include <gtest/gtest.h>
+#include <cstring>
+#include <sys/sysmacros.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -237,6 +239,40 @@ TEST(CgroupV1, AJobOverItsMemoryLimitIsKilledAndReportedAsOom) {
   s = WaitDone(*sup, "v1-fits");
   EXPECT_EQ(s.state, ProcState::kSucceeded) << s.message;
   EXPECT_FALSE(s.oom_killed);
+}
+
+// The devices controller keeps an attempt off the GPUs that are not its own: two character
+// devices made like /dev/nvidia0 and /dev/nvidia1 (no driver behind them), the first denied.
+// Opening a denied one is EPERM; the other gets as far as the (absent) driver: ENXIO.
+TEST(CgroupV1, AnAttemptCannotOpenADeviceItIsDenied) {
+  ASSERT_TRUE(HostHasV1());
+  std::unique_ptr<Supervisor> sup = V1Supervisor();
+  ASSERT_NE(sup, nullptr);
+  std::string why;
+  ASSERT_NE(DetectCgroups(&why)->Describe().find("devices at "), std::string::npos) << "no devices controller here";
+  TempDir tmp;
+  ASSERT_EQ(::mknod((tmp / "nvidia0").c_str(), S_IFCHR | 0666, makedev(195, 0)), 0) << std::strerror(errno);
+  ASSERT_EQ(::mknod((tmp / "nvidia1").c_str(), S_IFCHR | 0666, makedev(195, 1)), 0) << std::strerror(errno);
+  ProcessSpec spec;
+  spec.attempt_id = "v1-devices";
+  spec.argv = {"/bin/sh", "-c", "cat " + (tmp / "nvidia0") + "; cat " + (tmp / "nvidia1") + "; true"};
+  spec.deny_devices = {"c 195:0 rwm"};
+  spec.log_path = tmp / "log";
+  ASSERT_TRUE(sup->Start(spec).ok());
+  ProcStatus st = WaitDone(*sup, "v1-devices");
+  EXPECT_EQ(st.state, ProcState::kSucceeded) << st.message;
+  const std::string log = Slurp(tmp / "log");
+  EXPECT_NE(log.find("nvidia0: Operation not permitted"), std::string::npos) << log;
+  EXPECT_EQ(log.find("nvidia1: Operation not permitted"), std::string::npos) << log;
+  EXPECT_NE(log.find("nvidia1: No such device or address"), std::string::npos) << log;
+
+  // Without the rule both get as far as the driver.
+  spec.attempt_id = "v1-no-devices";
+  spec.deny_devices.clear();
+  spec.log_path = tmp / "log2";
+  ASSERT_TRUE(sup->Start(spec).ok());
+  WaitDone(*sup, "v1-no-devices");
+  EXPECT_EQ(Slurp(tmp / "log2").find("Operation not permitted"), std::string::npos) << Slurp(tmp / "log2");
 }
 
 TEST(CgroupV1, ACpuBoundJobIsHeldNearItsQuota) {

@@ -525,4 +525,23 @@ json GpuIsolation::ForeignInstances() const {
   return foreign_;
 }
 
+std::vector<std::string> GpuDeviceDenials(const json& node_gpus, const json& assigned) {
+  constexpr int kNvidiaMajor = 195;   // /dev/nvidia<N> is c 195:N (195:255 is /dev/nvidiactl)
+  std::set<int64_t> mine;
+  if (assigned.is_array()) {
+    for (const json& g : assigned) {
+      if (g.is_object() && g.contains("index") && g["index"].is_number_integer()) mine.insert(g["index"].get<int64_t>());
+    }
+  }
+  std::vector<std::string> deny;
+  if (!node_gpus.is_array()) return deny;
+  for (const json& g : node_gpus) {
+    if (!g.is_object() || !g.contains("index") || !g["index"].is_number_integer()) continue;
+    const int64_t index = g["index"].get<int64_t>();
+    if (index < 0 || index > 254 || mine.count(index)) continue;
+    deny.push_back("c " + std::to_string(kNvidiaMajor) + ":" + std::to_string(index) + " rwm");
+  }
+  return deny;
+}
+
 }  // namespace aicloud::agent

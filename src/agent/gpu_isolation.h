@@ -119,4 +119,10 @@ class GpuIsolation {
   nlohmann::json foreign_ = nlohmann::json::array();
 };
 
+// The NVIDIA device files an attempt may not open, as devices.deny lines (cgroups.h): every GPU of
+// the node (`node_gpus`, the registered spec's "gpus": [{"index"}...]) that is not among the
+// attempt's (`assigned`, the assignment's "gpus"): "c 195:<index> rwm" (/dev/nvidia<index>; the
+// control and UVM devices stay open). A CPU-only attempt on a GPU node gets every GPU denied.
+std::vector<std::string> GpuDeviceDenials(const nlohmann::json& node_gpus, const nlohmann::json& assigned);
+
 }  // namespace aicloud::agent

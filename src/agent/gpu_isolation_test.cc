@@ -115,6 +115,16 @@ TEST_F(GpuIsolationTest, AMigInstanceIsNeverSharedAcrossTenants) {
   EXPECT_TRUE(Events("GpuMemoryWiped").empty()) << "nothing of alice's was wiped for bob";
 }
 
+TEST(GpuDeviceDenials, EveryGpuOfTheNodeButTheAttemptsOwn) {
+  const json node = json::array({{{"index", 0}}, {{"index", 1}}, {{"index", 2}}, {{"index", 3}}});
+  EXPECT_EQ(GpuDeviceDenials(node, json::array({{{"index", 1}, {"milli", 1000}}, {{"index", 3}, {"milli", 500}}})),
+            (std::vector<std::string>{"c 195:0 rwm", "c 195:2 rwm"}));
+  EXPECT_EQ(GpuDeviceDenials(node, json::array()),
+            (std::vector<std::string>{"c 195:0 rwm", "c 195:1 rwm", "c 195:2 rwm", "c 195:3 rwm"}));
+  EXPECT_TRUE(GpuDeviceDenials(json::array(), json::array()).empty());  // a CPU node
+  EXPECT_TRUE(GpuDeviceDenials(json("x"), json::array()).empty());
+}
+
 TEST_F(GpuIsolationTest, AnOccupiedSlotIsAnErrorEventAndNothingIsLeftBehind) {
   fake_.AddInstance(0, 7, 2, 4, 4, 3, "MIG-00000000-0000-4000-8000-0000000000f7");
   auto gpus = Started();

@@ -488,7 +488,7 @@ Status Supervisor::Start(const ProcessSpec& spec) {
   a.memory_bytes = spec.memory_bytes;
   if (cgroups_) {
     StatusOr<std::unique_ptr<AttemptCgroup>> group =
-        cgroups_->Create(CgroupName(spec.attempt_id), {spec.cpu_millis, spec.memory_bytes});
+        cgroups_->Create(CgroupName(spec.attempt_id), {spec.cpu_millis, spec.memory_bytes, spec.deny_devices});
     if (!group.ok()) return fail(std::string(group.status().message()));
     a.cgroup = std::move(*group);
   }

@@ -81,6 +81,9 @@ struct ProcessSpec {
                                                 // (parent directories are created)
   int64_t cpu_millis = 0;                       // cgroup CPU quota when available (0 = no limit)
   int64_t memory_bytes = 0;                     // cgroup memory limit when available (0 = none)
+  // Device files the attempt may not open (devices.deny lines, cgroups.h), where the node's
+  // cgroups can enforce it.
+  std::vector<std::string> deny_devices;
   std::chrono::milliseconds term_grace{10000};  // SIGTERM -> grace -> SIGKILL
   // Kill the attempt's whole process group, grandchildren included, when the process that called
   // Start dies (Linux PR_SET_PDEATHSIG on a guardian: the group leader forks the command, ignores
