@@ -96,8 +96,8 @@ std::string AddressToReach(const std::string& server_url) {
   } else if (size_t colon = rest.rfind(':'); colon != std::string::npos) {
     host = rest.substr(0, colon);
   }
-  // IPv4 first: engines listen on 0.0.0.0, so an IPv6 answer (localhost as ::1) would be an
-  // address nothing serves on.
+  // IPv4 first: a replica's engine listens on this address (AICLOUD_NODE_ADDRESS), and the
+  // gateways and probes reach it over IPv4.
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
   hints.ai_family = AF_INET;
