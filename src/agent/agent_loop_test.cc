@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/agent_test_util.h"
 #include "agent/testdata/fake_gpus.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -32,39 +33,14 @@ using json = nlohmann::json;
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
-class WorkDir {
+// The agent's work dir: the sandbox uids must pass through it to their dirs (mkdtemp makes 0700).
+class WorkDir : public testing::TempDir {
  public:
-  WorkDir() {
-    std::string tmpl = (fs::temp_directory_path() / "agent_loop_test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-    // mkdtemp makes it 0700; the sandbox uids must pass through it to their dirs.
-    ::chmod(path_.c_str(), 0711);
-  }
-  ~WorkDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  WorkDir() : testing::TempDir("agent_loop_test", 0711) {}
 };
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool WaitFor(const std::function<bool()>& pred, milliseconds timeout = milliseconds(5000)) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return pred();
-}
+using testing::Slurp;
+using testing::WaitFor;
 
 // The control plane's agent API, in memory.
 class FakeControlPlane {

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/agent_test_util.h"
 #include "agent/supervisor.h"
 
 namespace aicloud::agent {
@@ -25,54 +26,17 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "cgroups_test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
+using testing::Slurp;
+using testing::WaitDone;
+using testing::WaitFor;
 
- private:
-  std::string path_;
+// A cgroup-like temp tree.
+class TempDir : public testing::TempDir {
+ public:
+  TempDir() : testing::TempDir("cgroups_test") {}
 };
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void Put(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
-
-bool WaitFor(const std::function<bool()>& cond, milliseconds timeout = milliseconds(10000)) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return cond();
-}
-
-ProcStatus WaitDone(const Supervisor& sup, const std::string& id,
-                    milliseconds timeout = milliseconds(20000)) {
-  ProcStatus last;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        std::optional<ProcStatus> s = sup.Get(id);
-        if (s) last = *s;
-        return s && s->state != ProcState::kRunning;
-      },
-      timeout))
-      << id << " still running";
-  return last;
-}
 
 // A directory shaped like a cgroup v2 root. (The kernel makes a group's files on mkdir; in this
 // tree the control files are plain files the backend writes and the test reads.)

@@ -1,11 +1,12 @@
 #include "agent/gpu_discovery.h"
 
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <set>
+
+#include "agent/nvml_library.h"
 
 namespace aicloud::agent {
 namespace {
@@ -43,9 +44,6 @@ constexpr unsigned kNameBuffer = 96;  // NVML_DEVICE_NAME_V2_BUFFER_SIZE, UUID_V
 }  // namespace
 
 struct GpuDiscovery::Api {
-  nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
-  const char* (*error_string)(nvmlReturn_t) = nullptr;
   nvmlReturn_t (*count)(unsigned*) = nullptr;
   nvmlReturn_t (*handle_by_index)(unsigned, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned) = nullptr;
@@ -61,11 +59,6 @@ struct GpuDiscovery::Api {
 };
 
 namespace {
-
-template <typename F>
-void Resolve(void* handle, const char* symbol, F* out) {
-  *out = reinterpret_cast<F>(::dlsym(handle, symbol));
-}
 
 // "00000000:18:00.0" -> "0000:18:00.0" (sysfs spelling: 4-digit domain, lower case).
 std::string SysfsBusId(const std::string& nvml_bus_id) {
@@ -90,56 +83,33 @@ int SysfsNumaNode(const std::string& nvml_bus_id) {
 }  // namespace
 
 StatusOr<std::unique_ptr<GpuDiscovery>> GpuDiscovery::Open(const std::string& library) {
-  ::dlerror();
-  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* err = ::dlerror();
-    return UnavailableError("NVML not found: " + library + ": " +
-                            (err != nullptr ? err : "unknown dlopen error"));
-  }
+  StatusOr<std::unique_ptr<NvmlLibrary>> lib = NvmlLibrary::Open(library);
+  if (!lib.ok()) return lib.status();
+  const NvmlLibrary& nvml = **lib;
   auto api = std::make_unique<Api>();
-  Resolve(handle, "nvmlInit_v2", &api->init);
-  Resolve(handle, "nvmlShutdown", &api->shutdown);
-  Resolve(handle, "nvmlErrorString", &api->error_string);
-  Resolve(handle, "nvmlDeviceGetCount_v2", &api->count);
-  Resolve(handle, "nvmlDeviceGetHandleByIndex_v2", &api->handle_by_index);
-  Resolve(handle, "nvmlDeviceGetName", &api->name);
-  Resolve(handle, "nvmlDeviceGetUUID", &api->uuid);
-  Resolve(handle, "nvmlDeviceGetMemoryInfo", &api->memory);
-  Resolve(handle, "nvmlDeviceGetMigMode", &api->mig_mode);
-  Resolve(handle, "nvmlDeviceGetPciInfo_v3", &api->pci_info);
-  Resolve(handle, "nvmlDeviceGetUtilizationRates", &api->utilization);
-  Resolve(handle, "nvmlDeviceGetTemperature", &api->temperature);
-  Resolve(handle, "nvmlDeviceGetPowerUsage", &api->power);
-  Resolve(handle, "nvmlDeviceGetP2PStatus", &api->p2p_status);
-  Resolve(handle, "nvmlDeviceGetNumaNodeId", &api->numa_node);
-  const std::pair<const char*, bool> required[] = {
-      {"nvmlInit_v2", api->init != nullptr},
-      {"nvmlShutdown", api->shutdown != nullptr},
-      {"nvmlDeviceGetCount_v2", api->count != nullptr},
-      {"nvmlDeviceGetHandleByIndex_v2", api->handle_by_index != nullptr}};
-  for (const auto& [symbol, present] : required) {
-    if (!present) {
-      ::dlclose(handle);
-      return UnavailableError(std::string("NVML: ") + symbol + " missing in " + library);
-    }
-  }
-  if (const nvmlReturn_t r = api->init(); r != NVML_SUCCESS) {
-    const std::string why = api->error_string != nullptr ? api->error_string(r)
-                                                         : "error " + std::to_string(r);
-    ::dlclose(handle);
-    return UnavailableError("NVML init failed: " + why);
+  // Optional ones stay nullptr on an old driver: their fields are then "not reported".
+  nvml.Resolve("nvmlDeviceGetName", &api->name);
+  nvml.Resolve("nvmlDeviceGetUUID", &api->uuid);
+  nvml.Resolve("nvmlDeviceGetMemoryInfo", &api->memory);
+  nvml.Resolve("nvmlDeviceGetMigMode", &api->mig_mode);
+  nvml.Resolve("nvmlDeviceGetPciInfo_v3", &api->pci_info);
+  nvml.Resolve("nvmlDeviceGetUtilizationRates", &api->utilization);
+  nvml.Resolve("nvmlDeviceGetTemperature", &api->temperature);
+  nvml.Resolve("nvmlDeviceGetPowerUsage", &api->power);
+  nvml.Resolve("nvmlDeviceGetP2PStatus", &api->p2p_status);
+  nvml.Resolve("nvmlDeviceGetNumaNodeId", &api->numa_node);
+  for (const auto& [symbol, found] :
+       {std::pair{"nvmlDeviceGetCount_v2", nvml.Resolve("nvmlDeviceGetCount_v2", &api->count)},
+        std::pair{"nvmlDeviceGetHandleByIndex_v2", nvml.Resolve("nvmlDeviceGetHandleByIndex_v2", &api->handle_by_index)}}) {
+    if (!found) return UnavailableError(std::string("NVML: ") + symbol + " missing in " + library);
   }
   std::unique_ptr<GpuDiscovery> d(new GpuDiscovery());
-  d->handle_ = handle;
+  d->lib_ = std::move(*lib);
   d->api_ = std::move(api);
   return d;
 }
 
-GpuDiscovery::~GpuDiscovery() {
-  if (api_ && api_->shutdown != nullptr) api_->shutdown();
-  if (handle_ != nullptr) ::dlclose(handle_);
-}
+GpuDiscovery::~GpuDiscovery() = default;
 
 std::vector<GpuInfo> GpuDiscovery::Devices() {
   std::vector<GpuInfo> out;

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/nvml_library.h"
 #include "core/status.h"
 
 namespace aicloud::agent {
@@ -66,7 +67,7 @@ class GpuDiscovery {
 
  private:
   GpuDiscovery() = default;
-  void* handle_ = nullptr;
+  std::unique_ptr<NvmlLibrary> lib_;
   std::unique_ptr<Api> api_;
 };
 

@@ -1,8 +1,9 @@
 #include "agent/nvml_mig.h"
 
-#include <dlfcn.h>
 
 #include <utility>
+
+#include "agent/nvml_library.h"
 
 namespace aicloud::agent {
 namespace {
@@ -98,9 +99,6 @@ constexpr unsigned kUuidBuffer = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 }  // namespace
 
 struct NvmlMig::Api {
-  nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
-  const char* (*error_string)(nvmlReturn_t) = nullptr;
   nvmlReturn_t (*count)(unsigned*) = nullptr;
   nvmlReturn_t (*handle_by_index)(unsigned, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*name)(nvmlDevice_t, char*, unsigned) = nullptr;
@@ -155,18 +153,10 @@ StatusOr<MigProfileIds> MigProfileIdsFor(int compute, int memory) {
 }
 
 StatusOr<std::unique_ptr<NvmlMig>> NvmlMig::Open(const std::string& library) {
-  ::dlerror();
-  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* err = ::dlerror();
-    return UnavailableError("NVML not found: " + library + ": " +
-                            (err != nullptr ? err : "unknown dlopen error"));
-  }
+  StatusOr<std::unique_ptr<NvmlLibrary>> lib = NvmlLibrary::Open(library);
+  if (!lib.ok()) return lib.status();
   auto api = std::make_unique<Api>();
   const std::pair<const char*, void**> symbols[] = {
-      {"nvmlInit_v2", reinterpret_cast<void**>(&api->init)},
-      {"nvmlShutdown", reinterpret_cast<void**>(&api->shutdown)},
-      {"nvmlErrorString", reinterpret_cast<void**>(&api->error_string)},
       {"nvmlDeviceGetCount_v2", reinterpret_cast<void**>(&api->count)},
       {"nvmlDeviceGetHandleByIndex_v2", reinterpret_cast<void**>(&api->handle_by_index)},
       {"nvmlDeviceGetName", reinterpret_cast<void**>(&api->name)},
@@ -189,33 +179,22 @@ StatusOr<std::unique_ptr<NvmlMig>> NvmlMig::Open(const std::string& library) {
       {"nvmlDeviceGetComputeInstanceId", reinterpret_cast<void**>(&api->mig_ci_id)},
   };
   for (const auto& [symbol, slot] : symbols) {
-    *slot = ::dlsym(handle, symbol);
-    if (*slot == nullptr) {
-      ::dlclose(handle);
+    if (!(*lib)->Resolve(symbol, slot)) {
       return UnavailableError(std::string("NVML: ") + symbol + " missing in " + library +
                               " (a driver without MIG support?)");
     }
   }
-  if (const nvmlReturn_t r = api->init(); r != NVML_SUCCESS) {
-    const std::string why = api->error_string(r);
-    ::dlclose(handle);
-    return UnavailableError("NVML init failed: " + why);
-  }
   std::unique_ptr<NvmlMig> n(new NvmlMig());
-  n->handle_ = handle;
+  n->lib_ = std::move(*lib);
   n->api_ = std::move(api);
   return n;
 }
 
-NvmlMig::~NvmlMig() {
-  if (api_ && api_->shutdown != nullptr) api_->shutdown();
-  if (handle_ != nullptr) ::dlclose(handle_);
-}
+NvmlMig::~NvmlMig() = default;
 
 Status NvmlMig::Check(int rc, const std::string& call) {
   if (rc == NVML_SUCCESS) return OkStatus();
-  const char* s = api_->error_string(rc);
-  const std::string msg = call + ": " + (s != nullptr ? s : "NVML error " + std::to_string(rc));
+  const std::string msg = call + ": " + lib_->ErrorString(rc);
   switch (rc) {
     case NVML_ERROR_NOT_SUPPORTED:
     case NVML_ERROR_INSUFFICIENT_RESOURCES:

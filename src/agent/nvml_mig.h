@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/nvml_library.h"
 #include "core/status.h"
 
 namespace aicloud::agent {
@@ -84,7 +85,7 @@ class NvmlMig {
   StatusOr<std::string> MigUuid(void* device, unsigned gi_id, unsigned ci_id);
   StatusOr<std::vector<unsigned>> ComputeInstanceIds(void* gpu_instance);
 
-  void* handle_ = nullptr;
+  std::unique_ptr<NvmlLibrary> lib_;
   std::unique_ptr<Api> api_;
 };
 

@@ -9,26 +9,16 @@
 #include <fstream>
 #include <sstream>
 
+#include "agent/agent_test_util.h"
+
 namespace aicloud::agent {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+class TempDir : public testing::TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "sandbox_test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
+  TempDir() : testing::TempDir("sandbox_test") {}
 };
 
 std::string Message(const Status& s) { return std::string(s.message()); }

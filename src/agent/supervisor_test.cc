@@ -17,6 +17,8 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/agent_test_util.h"
+
 namespace aicloud::agent {
 namespace {
 
@@ -24,29 +26,10 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "agent_test.XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::Slurp;
+using testing::TempDir;
+using testing::WaitDone;
+using testing::WaitFor;
 
 ProcessSpec Shell(const std::string& id, const std::string& cmd, const TempDir& dir) {
   ProcessSpec spec;
@@ -54,28 +37,6 @@ ProcessSpec Shell(const std::string& id, const std::string& cmd, const TempDir& 
   spec.argv = {"/bin/sh", "-c", cmd};
   spec.log_path = dir / (id + ".log");
   return spec;
-}
-
-// Waits until the attempt is no longer running; fails the test after `timeout`.
-ProcStatus WaitDone(const Supervisor& sup, const std::string& id,
-                    milliseconds timeout = milliseconds(5000)) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    std::optional<ProcStatus> s = sup.Get(id);
-    if (s && s->state != ProcState::kRunning) return *s;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  ADD_FAILURE() << id << " still running after " << timeout.count() << " ms";
-  return sup.Get(id).value_or(ProcStatus{});
-}
-
-bool WaitFor(const std::function<bool()>& cond, milliseconds timeout = milliseconds(3000)) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(milliseconds(2));
-  }
-  return cond();
 }
 
 // Gone, or a zombie nobody has reaped yet (an orphan re-parented to a PID 1 that does not reap).
