@@ -288,13 +288,16 @@ Status Sampler::Prepare(const SequenceSampling& seq, std::span<const float> logi
   const size_t vocab = logits.size();
   if (vocab == 0) return InvalidArgumentError("sampling: empty logits");
   std::span<const float> x = logits;
-  if (p.HasPenalties() || seq.MasksNow()) {
+  if (p.HasPenalties() || seq.MasksNow() || !p.logit_bias.empty()) {
     std::vector<float>& work = s_->work;
     work.assign(logits.begin(), logits.end());
     if (seq.MasksNow()) {
       for (int32_t t : seq.min_tokens_masked()) {
         if (t >= 0 && static_cast<size_t>(t) < vocab) work[static_cast<size_t>(t)] = kNegInf;
       }
+    }
+    for (const auto& [t, bias] : p.logit_bias) {
+      if (t >= 0 && static_cast<size_t>(t) < vocab) work[static_cast<size_t>(t)] += bias;
     }
     ApplyPenalties(seq, work);
     x = work;

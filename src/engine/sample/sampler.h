@@ -7,6 +7,7 @@
 //
 // The order of operations is vLLM's:
 //   0. min_tokens: until that many tokens exist, EOS and stop tokens get logit -inf;
+//      logit_bias is added to its tokens' logits;
 //   1. penalties (SamplingParams): repetition over prompt + output, then frequency and presence
 //      over output; only the seen tokens are touched, never the whole vocabulary;
 //   2. temperature 0: the argmax (lowest id among ties), done;

@@ -84,6 +84,10 @@ TEST(SamplingParamsTest, Validate) {
       {"stop id negative", [](SamplingParams& p) { p.stop_token_ids = {5, -1}; }, "stop_token_ids"},
       {"stop id beyond vocab", [](SamplingParams& p) { p.stop_token_ids = {1000}; },
        "stop_token_ids must be token ids in [0, 1000)"},
+      {"logit_bias 100", [](SamplingParams& p) { p.logit_bias = {{3, 100}, {4, -100}}; }, nullptr},
+      {"logit_bias 101", [](SamplingParams& p) { p.logit_bias = {{3, 101}}; }, "logit_bias must be values in [-100, 100]"},
+      {"logit_bias nan", [](SamplingParams& p) { p.logit_bias = {{3, std::nanf("")}}; }, "logit_bias"},
+      {"logit_bias id", [](SamplingParams& p) { p.logit_bias = {{1000, 1}}; }, "logit_bias must be keyed by token ids in [0, 1000)"},
   };
   for (const Case& c : cases) {
     SamplingParams p;
@@ -486,6 +490,37 @@ TEST(SamplerTest, MinTokensMasksEosAndStopTokens) {
   p.min_tokens = 0;
   SequenceSampling none(p, 0, {}, eos);
   EXPECT_EQ(s.Sample(none, l)->token, 0);
+}
+
+TEST(SamplerTest, LogitBiasSteersAndBansTokens) {
+  const std::vector<float> l = {3.0f, 2.0f, 1.0f, 0.0f};
+  Sampler s;
+  SamplingParams p = Params(0);
+  p.logit_bias = {{0, -100.0f}};  // bans the argmax
+  EXPECT_EQ(s.Sample(SequenceSampling(p, 0, {}), l)->token, 1);
+  p.logit_bias = {{3, 2.5f}};  // 0 + 2.5 < 3: not enough
+  EXPECT_EQ(s.Sample(SequenceSampling(p, 0, {}), l)->token, 0);
+  p.logit_bias = {{3, 3.5f}};
+  EXPECT_EQ(s.Sample(SequenceSampling(p, 0, {}), l)->token, 3);
+  // +100 forces a token under sampling for every seed; the logprob is still the model's.
+  p = Params(1.0f);
+  p.logit_bias = {{2, 100.0f}};
+  p.logprobs = 0;
+  double z = 0;
+  for (float v : l) z += std::exp(v);
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    StatusOr<SampleResult> r = s.Sample(SequenceSampling(p, seed, {}), l);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->token, 2);
+    EXPECT_NEAR(r->logprob, 1.0 - std::log(z), 1e-5);
+  }
+  // The bias changes the distribution exactly by exp(bias).
+  p = Params(1.0f);
+  p.logit_bias = {{1, static_cast<float>(std::log(2.0))}};
+  StatusOr<std::vector<TokenProb>> d = s.Distribution(SequenceSampling(p, 0, {}), LogitsOf({0.25, 0.25, 0.5}));
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->size(), 3u);
+  for (const TokenProb& t : *d) EXPECT_NEAR(t.prob, t.token == 0 ? 0.2 : 0.4, 1e-5) << t.token;
 }
 
 // ---- Logprobs and errors ---------------------------------------------------------------------

@@ -54,6 +54,15 @@ Status Validate(const SamplingParams& p, int32_t vocab_size) {
                  t);
     }
   }
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t < 0 || (vocab_size > 0 && t >= vocab_size)) {
+      return Bad("logit_bias",
+                 vocab_size > 0 ? "keyed by token ids in [0, " + std::to_string(vocab_size) + ")"
+                                : "keyed by non-negative token ids",
+                 t);
+    }
+    if (!(bias >= -100 && bias <= 100)) return Bad("logit_bias", "values in [-100, 100]", bias);
+  }
   return OkStatus();
 }
 

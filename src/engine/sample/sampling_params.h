@@ -9,12 +9,14 @@
 //   if (Status s = Validate(p, vocab_size); !s.ok()) return s;   // INVALID_ARGUMENT: "top_p ..."
 //
 // Where each field acts:
-//   - Sampler (sampler.h): temperature, top_k, top_p, min_p, seed, the three penalties, logprobs.
+//   - Sampler (sampler.h): temperature, top_k, top_p, min_p, seed, logit_bias, the three
+//     penalties, logprobs.
 //   - Scheduler (batch/): max_tokens, min_tokens, stop_token_ids, ignore_eos.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -56,6 +58,10 @@ struct SamplingParams {
   // Return the sampled token's log-probability and this many most likely alternatives
   // (0 = the sampled token's only). Absent = none. [0, kMaxLogprobs].
   std::optional<int32_t> logprobs;
+  // OpenAI's logit_bias: (token id, bias) pairs, each bias in [-100, 100], added to that token's
+  // logit before the penalties and every filter (+-100 in practice forces or bans a token).
+  // Logprobs stay those of the model's distribution, without the bias.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   bool HasPenalties() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;

@@ -1,5 +1,8 @@
 #include "engine/server/api.h"
 
+#include <openssl/evp.h>
+
+#include <bit>
 #include <cstdlib>
 
 #include <chrono>
@@ -25,6 +28,18 @@ std::string RandomId(const char* prefix) {
   std::string s = prefix;
   for (int i = 0; i < 24; ++i) s += kHex[rng() & 15];
   return s;
+}
+
+// The embeddings API's base64 form: the vector's little-endian float32 bytes in standard
+// base64 (what the OpenAI SDKs ask for by default and decode as a Float32Array).
+std::string Base64Floats(const std::vector<float>& v) {
+  static_assert(std::endian::native == std::endian::little, "the wire format is little-endian float32");
+  const size_t bytes = v.size() * sizeof(float);
+  std::string out((bytes + 2) / 3 * 4 + 1, '\0');
+  const int written = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                      reinterpret_cast<const unsigned char*>(v.data()), static_cast<int>(bytes));
+  out.resize(static_cast<size_t>(written));
+  return out;
 }
 
 StatusOr<json> ParseJson(const http::Request& req) {
@@ -58,12 +73,26 @@ json LogprobsJson(const Engine& e, const std::vector<SampleResult>& samples, boo
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
 }
 
-json Usage(const Delta& d) {
-  json u = {{"prompt_tokens", d.prompt_tokens},
-            {"completion_tokens", d.completion_tokens},
-            {"total_tokens", d.prompt_tokens + d.completion_tokens}};
-  if (d.cached_tokens > 0) u["prompt_tokens_details"] = {{"cached_tokens", d.cached_tokens}};
+json Usage(int64_t prompt, int64_t completion, int64_t cached) {
+  json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+  if (cached > 0) u["prompt_tokens_details"] = {{"cached_tokens", cached}};
   return u;
+}
+
+// One choice's output gathered for a non-streamed answer.
+struct Gathered {
+  std::string text;
+  std::vector<SampleResult> samples;
+  std::string finish_reason;
+  int32_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+http::Response ClientGone() {
+  // nginx's 499 "client closed request": nobody reads it, but logs and metrics see it.
+  return http::Response::Json(499, {{"error", {{"message", "the client closed the connection before the answer"},
+                                               {"type", "client_closed_request"},
+                                               {"param", nullptr},
+                                               {"code", nullptr}}}});
 }
 
 http::Response Generate(Engine* e, http::Request& req, bool chat) {
@@ -74,60 +103,81 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
   if (!g.ok()) return OpenAiError(g.status());
   const bool stream = g->stream, include_usage = g->include_usage, want_logprobs = g->sampling.logprobs.has_value();
   const std::string model = g->model;
-  StatusOr<std::shared_ptr<Stream>> s = e->Submit(std::move(*g));
+  const int32_t n = g->n;
+  auto signal = std::make_shared<StreamSignal>();
+  StatusOr<std::vector<std::shared_ptr<Stream>>> s = e->SubmitChoices(std::move(*g), n, signal);
   if (!s.ok()) return OpenAiError(s.status());
-  std::shared_ptr<Stream> out = *s;
+  std::vector<std::shared_ptr<Stream>> outs = std::move(*s);
+  auto cancel_all = [outs] {
+    for (const auto& o : outs) o->Cancel();
+  };
   const std::string id = RandomId(chat ? "chatcmpl-" : "cmpl-");
   const int64_t created = NowSeconds();
 
   if (!stream) {
-    Delta all, d;
-    for (;;) {
-      // A client that went away (the server noticed its connection close) frees its sequence's
-      // batch slot and KV blocks at the next step instead of generating for nobody.
+    std::vector<Gathered> got(outs.size());
+    uint64_t seen = 0;
+    for (size_t left = outs.size(); left > 0;) {
+      // A client that went away (the server noticed its connection close) frees its sequences'
+      // batch slots and KV blocks at the next step instead of generating for nobody.
       if (req.client_gone && req.client_gone->cancelled()) {
-        out->Cancel();
-        // nginx's 499 "client closed request": nobody reads it, but logs and metrics see it.
-        return http::Response::Json(499, {{"error", {{"message", "the client closed the connection before the answer"},
-                                                     {"type", "client_closed_request"},
-                                                     {"param", nullptr},
-                                                     {"code", nullptr}}}});
+        cancel_all();
+        return ClientGone();
       }
-      if (!out->Next(&d, std::chrono::milliseconds(200))) continue;
-      all.text += d.text;
-      all.samples.insert(all.samples.end(), d.samples.begin(), d.samples.end());
-      if (!d.error.ok()) return OpenAiError(d.error);
-      if (d.finish_reason) {
-        all.finish_reason = d.finish_reason;
-        all.prompt_tokens = d.prompt_tokens;
-        all.completion_tokens = d.completion_tokens;
-        all.cached_tokens = d.cached_tokens;
-        break;
+      bool any = false;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        Delta d;
+        if (!got[i].finish_reason.empty() || !outs[i]->Next(&d, std::chrono::milliseconds(0))) continue;
+        any = true;
+        if (!d.error.ok()) {
+          cancel_all();
+          return OpenAiError(d.error);
+        }
+        got[i].text += d.text;
+        got[i].samples.insert(got[i].samples.end(), d.samples.begin(), d.samples.end());
+        if (d.finish_reason) {
+          got[i].finish_reason = *d.finish_reason;
+          got[i].prompt_tokens = d.prompt_tokens;
+          got[i].completion_tokens = d.completion_tokens;
+          got[i].cached_tokens = d.cached_tokens;
+          --left;
+        }
       }
+      if (!any) signal->Wait(&seen, std::chrono::milliseconds(200));
     }
-    json choice = {{"index", 0}, {"finish_reason", *all.finish_reason}};
-    if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", all.text}};
-      choice["logprobs"] = want_logprobs ? LogprobsJson(*e, all.samples, true) : json(nullptr);
-    } else {
-      choice["text"] = all.text;
-      choice["logprobs"] = want_logprobs ? LogprobsJson(*e, all.samples, false) : json(nullptr);
+    json choices = json::array();
+    int64_t completion = 0, cached = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const Gathered& c = got[i];
+      json choice = {{"index", i}, {"finish_reason", c.finish_reason}};
+      if (chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["text"] = c.text;
+      }
+      choice["logprobs"] = want_logprobs ? LogprobsJson(*e, c.samples, chat) : json(nullptr);
+      choices.push_back(std::move(choice));
+      completion += c.completion_tokens;
+      cached += c.cached_tokens;
     }
+    // The prompt is the client's once, whatever n is; the choices after the first read it from
+    // the prefix cache.
+    const int64_t prompt = got[0].prompt_tokens;
     http::Response r = http::Response::Json(200, {{"id", id},
                                                   {"object", chat ? "chat.completion" : "text_completion"},
                                                   {"created", created},
                                                   {"model", model},
-                                                  {"choices", json::array({choice})},
-                                                  {"usage", Usage(all)}});
+                                                  {"choices", std::move(choices)},
+                                                  {"usage", Usage(prompt, completion, cached)}});
     // The gateway charges these without parsing the body (http/usage_header.h).
-    r.headers.emplace_back(http::kUsageHeader, http::UsageHeaderValue({all.prompt_tokens, all.completion_tokens}));
+    r.headers.emplace_back(http::kUsageHeader, http::UsageHeaderValue({prompt, completion}));
     return r;
   }
 
   http::Response r;
   r.content_type = "text/event-stream";
   r.headers.emplace_back("Cache-Control", "no-cache");
-  r.stream = [e, out, id, created, model, chat, include_usage, want_logprobs](http::StreamWriter& w) {
+  r.stream = [e, outs, signal, cancel_all, id, created, model, chat, include_usage, want_logprobs](http::StreamWriter& w) {
     auto send = [&](const json& j) { return w.Write("data: " + j.dump() + "\n\n"); };
     auto chunk = [&](json choice) {
       return json{{"id", id},
@@ -136,41 +186,58 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
                   {"model", model},
                   {"choices", json::array({std::move(choice)})}};
     };
-    if (chat && !send(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-                             {"finish_reason", nullptr}}))) {
-      out->Cancel();
-      return;
-    }
-    Delta d;
-    for (;;) {
-      if (w.closed()) {
-        out->Cancel();
-        return;
-      }
-      if (!out->Next(&d, std::chrono::milliseconds(200))) continue;
-      if (!d.error.ok()) {
-        send({{"error", {{"message", std::string(d.error.message())}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
-        break;
-      }
-      json choice = {{"index", 0}, {"finish_reason", d.finish_reason ? json(*d.finish_reason) : json(nullptr)}};
-      if (chat) {
-        choice["delta"] = d.text.empty() && d.finish_reason ? json::object() : json{{"content", d.text}};
-        choice["logprobs"] = want_logprobs ? LogprobsJson(*e, d.samples, true) : json(nullptr);
-      } else {
-        choice["text"] = d.text;
-        choice["logprobs"] = want_logprobs ? LogprobsJson(*e, d.samples, false) : json(nullptr);
-      }
-      if ((!d.text.empty() || d.finish_reason) && !send(chunk(std::move(choice)))) {
-        out->Cancel();
-        return;
-      }
-      if (d.finish_reason) {
-        if (include_usage) {
-          send({{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-                {"model", model}, {"choices", json::array()}, {"usage", Usage(d)}});
+    if (chat) {
+      for (size_t i = 0; i < outs.size(); ++i) {
+        if (!send(chunk({{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                         {"finish_reason", nullptr}}))) {
+          cancel_all();
+          return;
         }
-        break;
       }
+    }
+    std::vector<bool> finished(outs.size(), false);
+    int64_t prompt = 0, completion = 0, cached = 0;
+    uint64_t seen = 0;
+    for (size_t left = outs.size(); left > 0;) {
+      if (w.closed()) {
+        cancel_all();
+        return;
+      }
+      bool any = false;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        Delta d;
+        if (finished[i] || !outs[i]->Next(&d, std::chrono::milliseconds(0))) continue;
+        any = true;
+        if (!d.error.ok()) {
+          send({{"error", {{"message", std::string(d.error.message())}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
+          cancel_all();
+          w.Write("data: [DONE]\n\n");
+          return;
+        }
+        json choice = {{"index", i}, {"finish_reason", d.finish_reason ? json(*d.finish_reason) : json(nullptr)}};
+        if (chat) {
+          choice["delta"] = d.text.empty() && d.finish_reason ? json::object() : json{{"content", d.text}};
+        } else {
+          choice["text"] = d.text;
+        }
+        choice["logprobs"] = want_logprobs ? LogprobsJson(*e, d.samples, chat) : json(nullptr);
+        if ((!d.text.empty() || d.finish_reason) && !send(chunk(std::move(choice)))) {
+          cancel_all();
+          return;
+        }
+        if (d.finish_reason) {
+          finished[i] = true;
+          --left;
+          if (i == 0) prompt = d.prompt_tokens;
+          completion += d.completion_tokens;
+          cached += d.cached_tokens;
+        }
+      }
+      if (!any) signal->Wait(&seen, std::chrono::milliseconds(200));
+    }
+    if (include_usage) {
+      send({{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
+            {"model", model}, {"choices", json::array()}, {"usage", Usage(prompt, completion, cached)}});
     }
     w.Write("data: [DONE]\n\n");
   };
@@ -185,8 +252,12 @@ http::Response Embeddings(Engine* e, http::Request& req) {
   if (b["model"] != e->model_name()) {
     return OpenAiError(NotFoundError("The model `" + b["model"].get<std::string>() + "` does not exist."));
   }
-  if (b.contains("encoding_format") && b["encoding_format"] != "float") {
-    return OpenAiError(InvalidArgumentError("encoding_format: only \"float\" is supported"));
+  bool base64 = false;
+  if (auto f = b.find("encoding_format"); f != b.end() && !f->is_null()) {
+    if (!f->is_string() || (*f != "float" && *f != "base64")) {
+      return OpenAiError(InvalidArgumentError("encoding_format: must be \"float\" or \"base64\""));
+    }
+    base64 = *f == "base64";
   }
   if (!b.contains("input")) return OpenAiError(InvalidArgumentError("input: required"));
   const json& in = b["input"];
@@ -221,7 +292,8 @@ http::Response Embeddings(Engine* e, http::Request& req) {
   json data = json::array();
   int64_t tokens = 0;
   for (size_t i = 0; i < v->size(); ++i) {
-    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", (*v)[i]}});
+    json embedding = base64 ? json(Base64Floats((*v)[i])) : json((*v)[i]);
+    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", std::move(embedding)}});
     tokens += static_cast<int64_t>(inputs[i].size());
   }
   http::Response r = http::Response::Json(200, {{"object", "list"}, {"data", data}, {"model", e->model_name()},

@@ -15,6 +15,20 @@ namespace fs = std::filesystem;
 
 // --- Stream -----------------------------------------------------------------------------------
 
+void StreamSignal::Notify() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ++count_;
+  }
+  cv_.notify_all();
+}
+
+void StreamSignal::Wait(uint64_t* seen, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_for(l, timeout, [&] { return count_ != *seen; });
+  *seen = count_;
+}
+
 void Stream::Push(Delta d) {
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -22,6 +36,7 @@ void Stream::Push(Delta d) {
     queue_.push_back(std::move(d));
   }
   cv_.notify_all();
+  if (signal_) signal_->Notify();
 }
 
 bool Stream::done() const {
@@ -186,10 +201,9 @@ Engine::~Engine() {
 
 // --- requests ---------------------------------------------------------------------------------
 
-StatusOr<std::shared_ptr<Stream>> Engine::Submit(GenerateRequest g) {
-  if (failed_.load()) return UnavailableError("the engine stopped after an internal error");
+StatusOr<std::pair<Request, Engine::Live>> Engine::Prepare(GenerateRequest& g, std::shared_ptr<StreamSignal> signal) {
   Request r;
-  r.prompt = std::move(g.prompt);
+  r.prompt = g.prompt;
   r.sampling = g.sampling;
   Live live;
   if (g.model != options_.served_model_name) {
@@ -200,25 +214,93 @@ StatusOr<std::shared_ptr<Stream>> Engine::Submit(GenerateRequest g) {
     live.pin = std::move(*pin);
     live.adapter = g.model;
   }
-  live.stream = std::make_shared<Stream>();
-  live.text = std::make_unique<TextStream>(tokenizer_.get(), std::move(g.stop), g.skip_special_tokens);
+  live.stream = std::make_shared<Stream>(std::move(signal));
+  live.text = std::make_unique<TextStream>(tokenizer_.get(), g.stop, g.skip_special_tokens);
   live.want_logprobs = g.sampling.logprobs.has_value();
   live.prompt_tokens = static_cast<int32_t>(r.prompt.size());
-  std::shared_ptr<Stream> stream = live.stream;
+  return std::make_pair(std::move(r), std::move(live));
+}
+
+StatusOr<std::shared_ptr<Stream>> Engine::Submit(GenerateRequest g) {
+  StatusOr<std::vector<std::shared_ptr<Stream>>> s = SubmitChoices(std::move(g), 1);
+  if (!s.ok()) return s.status();
+  return std::move((*s)[0]);
+}
+
+StatusOr<std::vector<std::shared_ptr<Stream>>> Engine::SubmitChoices(GenerateRequest g, int32_t n,
+                                                                     std::shared_ptr<StreamSignal> signal) {
+  if (failed_.load()) return UnavailableError("the engine stopped after an internal error");
+  if (n < 1) return InvalidArgumentError("n: must be at least 1");
+  std::vector<std::pair<Request, Live>> choices;
+  for (int32_t i = 0; i < n; ++i) {
+    StatusOr<std::pair<Request, Live>> c = Prepare(g, signal);
+    if (!c.ok()) return c.status();
+    if (i > 0 && g.sampling.seed) {
+      // SplitMix64 of (seed, choice): independent draws per choice, reproducible per seed.
+      uint64_t x = *g.sampling.seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i);
+      x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+      c->first.sampling.seed = x ^ (x >> 31);
+    }
+    choices.push_back(std::move(*c));
+  }
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (auto& c : choices) streams.push_back(c.second.stream);
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (waiting_ >= options_.max_waiting) {
+    if (waiting_ + n > options_.max_waiting) {
       return ResourceExhaustedError("the engine's queue is full (" + std::to_string(waiting_) +
                                     " requests waiting); retry later");
     }
-    r.id = next_id_++;
-    const RequestId id = r.id;
-    Status added = scheduler_->Add(std::move(r));
-    if (!added.ok()) return added;
-    live_.emplace(id, std::move(live));
-    ++waiting_;
+    RequestId leader = 0;
+    std::vector<Request> held;
+    for (int32_t i = 0; i < n; ++i) {
+      Request& r = choices[static_cast<size_t>(i)].first;
+      r.id = next_id_++;
+      const RequestId id = r.id;
+      if (i == 0) {
+        leader = id;
+        Status added = scheduler_->Add(std::move(r));
+        if (!added.ok()) return added;
+      } else {
+        held.push_back(std::move(r));
+      }
+      live_.emplace(id, std::move(choices[static_cast<size_t>(i)].second));
+      ++waiting_;
+    }
+    if (!held.empty()) held_.emplace(leader, std::move(held));
   }
-  return stream;
+  return streams;
+}
+
+// Called on the loop thread when a leader's prompt is computed (its first token) or it ends.
+void Engine::ReleaseHeld(RequestId leader) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = held_.find(leader);
+  if (it == held_.end()) return;
+  for (Request& r : it->second) {
+    const RequestId id = r.id;
+    auto live = live_.find(id);
+    if (live != live_.end() && live->second.stream->cancelled()) {
+      Delta d;
+      d.finish_reason = "abort";
+      live->second.stream->Push(std::move(d));
+      live_.erase(live);
+      --waiting_;
+      continue;
+    }
+    // Same request as its leader, which the scheduler already accepted.
+    Status added = scheduler_->Add(std::move(r));
+    if (!added.ok() && live != live_.end()) {
+      Delta d;
+      d.error = added;
+      d.finish_reason = "abort";
+      live->second.stream->Push(std::move(d));
+      live_.erase(live);
+      --waiting_;
+    }
+  }
+  held_.erase(it);
 }
 
 StatusOr<std::vector<std::vector<float>>> Engine::Embed(const std::vector<std::vector<int32_t>>& inputs) {
@@ -327,6 +409,7 @@ void Engine::Loop() {
     live.stream->Push(std::move(d));
   }
   live_.clear();
+  held_.clear();
 }
 
 // Running adapters as the scheduler counts them (by adapter id); waiting ones are those of
@@ -410,6 +493,7 @@ void Engine::Step() {
       live.stream->Push(std::move(d));
     }
     live_.clear();
+    held_.clear();
     return;
   }
   prompt_tokens_total_->Inc({name}, plan->num_prefill_tokens);
@@ -442,6 +526,7 @@ void Engine::Deliver(const RequestOutput& out) {
   }
   Delta d;
   const RequestStats& s = out.stats;
+  if (out.sample || out.finish) ReleaseHeld(out.id);
   if (out.sample) {
     const int32_t token = out.sample->token;
     d.tokens.push_back(token);

@@ -86,9 +86,25 @@ struct Delta {
   Status error;                               // a request that failed inside the engine
 };
 
+// Wakes a consumer that reads several Streams (the n choices of one API request) when any of
+// them gets output.
+class StreamSignal {
+ public:
+  // Waits until Notify was called after `*seen` or `timeout` passes; updates *seen.
+  void Wait(uint64_t* seen, std::chrono::milliseconds timeout);
+  void Notify();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t count_ = 0;
+};
+
 // A request's output channel, shared by the engine (producer) and one consumer.
 class Stream {
  public:
+  Stream() = default;
+  explicit Stream(std::shared_ptr<StreamSignal> signal) : signal_(std::move(signal)) {}
   // Waits up to `timeout` for output. true with *d filled (possibly merging several steps);
   // false when nothing came in time (d untouched) or the stream is over and drained.
   bool Next(Delta* d, std::chrono::milliseconds timeout = std::chrono::milliseconds(100));
@@ -105,6 +121,7 @@ class Stream {
   std::deque<Delta> queue_;
   bool finished_ = false;  // the last delta is queued
   std::atomic<bool> cancelled_{false};
+  std::shared_ptr<StreamSignal> signal_;  // may be null
 };
 
 class Engine {
@@ -118,6 +135,13 @@ class Engine {
   // RESOURCE_EXHAUSTED (HTTP 429) when max_waiting requests already wait or every adapter slot
   // is pinned; INVALID_ARGUMENT for a request the scheduler can never run (longer than the cache).
   StatusOr<std::shared_ptr<Stream>> Submit(GenerateRequest request);
+  // The API's `n`: n requests for one prompt, one Stream each (choice i is streams[i]), all
+  // notifying `signal` when given. Choice 0 keeps request.sampling.seed; choice i > 0 draws
+  // with a seed derived from (seed, i), or its own when none was given. Choices 1..n-1 enter the
+  // scheduler once choice 0's prompt is computed, so they take its KV from the prefix cache
+  // instead of computing the prompt n times. All or nothing: 429 when n do not fit the queue.
+  StatusOr<std::vector<std::shared_ptr<Stream>>> SubmitChoices(GenerateRequest request, int32_t n,
+                                                               std::shared_ptr<StreamSignal> signal = nullptr);
 
   // Mean-pooled final hidden states of each input, L2-normalised. Runs on the loop thread
   // between steps; blocks the caller until done.
@@ -164,6 +188,10 @@ class Engine {
     bool started = false;  // produced its first token
   };
   std::map<RequestId, Live> live_;  // loop thread only
+  // Choices 1..n-1 of a request, by the id of its choice 0, until that one's prompt is computed.
+  std::map<RequestId, std::vector<Request>> held_;  // guarded by mu_
+  StatusOr<std::pair<Request, Live>> Prepare(GenerateRequest& g, std::shared_ptr<StreamSignal> signal);
+  void ReleaseHeld(RequestId leader);
 
   std::mutex mu_;  // guards the inbox and the counters below
   std::condition_variable cv_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -308,6 +309,40 @@ TEST(Engine, LoraAdaptersInOneBatch) {
   EXPECT_EQ(e->Submit(reqs[2]).status().code(), StatusCode::kNotFound);
 }
 
+// n choices: choice 0 is the request alone (same seed, same tokens), the others draw with their
+// own seeds, and they read the prompt's KV from the prefix cache instead of computing it again.
+TEST(Engine, ChoicesShareThePromptAndDrawIndependently) {
+  std::unique_ptr<Engine> e = Start();
+  ASSERT_NE(e, nullptr);
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(100 + 7 * i);
+  GenerateRequest g = Greedy(prompt, 12);
+  g.sampling.temperature = 1.0f;
+  g.sampling.seed = 11;
+  StatusOr<std::shared_ptr<Stream>> solo = e->Submit(g);
+  ASSERT_TRUE(solo.ok());
+  const std::vector<int32_t> alone = Drain(**solo).tokens;
+  e->Submit(Greedy({1, 2, 3}, 1));  // another prompt in between, so the cache is not trivially warm
+  auto signal = std::make_shared<StreamSignal>();
+  StatusOr<std::vector<std::shared_ptr<Stream>>> s = e->SubmitChoices(g, 3, signal);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->size(), 3u);
+  std::vector<Result> r;
+  for (auto& st : *s) r.push_back(Drain(*st));
+  EXPECT_EQ(r[0].tokens, alone);
+  EXPECT_NE(r[1].tokens, r[0].tokens);
+  EXPECT_NE(r[2].tokens, r[1].tokens);
+  // 40 prompt tokens are two full blocks of 16; the later choices find both cached.
+  EXPECT_EQ(r[1].last.cached_tokens, 32);
+  EXPECT_EQ(r[2].last.cached_tokens, 32);
+  // The same seed gives the same n choices again.
+  StatusOr<std::vector<std::shared_ptr<Stream>>> again = e->SubmitChoices(g, 3);
+  ASSERT_TRUE(again.ok());
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(Drain(*(*again)[i]).tokens, r[i].tokens) << "choice " << i;
+  // All or nothing against the queue limit.
+  EXPECT_EQ(e->SubmitChoices(g, 0).status().code(), StatusCode::kInvalidArgument);
+}
+
 class ApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -393,7 +428,11 @@ TEST_F(ApiTest, CompletionsChatModelsAndErrors) {
   const Bad bad[] = {
       {"/v1/completions", "{not json", 400, ""},
       {"/v1/completions", R"({"model":"nope","prompt":"x"})", 404, ""},
-      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":2})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":17})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","n":0})", 400, "n"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","logit_bias":{"-1":5}})", 400, "logit_bias"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","logit_bias":{"5":101}})", 400, "logit_bias"},
+      {"/v1/embeddings", R"({"model":"tiny","input":"x","encoding_format":"int8"})", 400, "encoding_format"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","temperature":-1})", 400, "temperature"},
       {"/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":100000})", 400, "max_tokens"},
       {"/v1/completions", R"({"model":"tiny","prompt":[99999999]})", 400, "prompt"},
@@ -535,6 +574,30 @@ TEST_F(ApiTest, StreamingMatchesNonStreaming) {
   EXPECT_NEAR(n, 1.0, 1e-4);
   EXPECT_EQ(v0, v1);
   EXPECT_NE(v0, v2);
+  // base64 (the OpenAI SDKs' default): the same float32 values, little-endian, standard alphabet.
+  auto [bc, b64] = Post("/v1/embeddings", R"({"model":"tiny","input":["a cat","the sea"],"encoding_format":"base64"})");
+  ASSERT_EQ(bc, 200) << b64.dump();
+  const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (int i = 0; i < 2; ++i) {
+    const std::string text = b64["data"][i]["embedding"].get<std::string>();
+    ASSERT_EQ(text.size(), (64 * 4 + 2) / 3 * 4);
+    std::string bytes;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (char c : text) {
+      if (c == '=') break;
+      acc = (acc << 6) | static_cast<uint32_t>(alphabet.find(c));
+      bits += 6;
+      if (bits >= 8) {
+        bits -= 8;
+        bytes.push_back(static_cast<char>((acc >> bits) & 0xff));
+      }
+    }
+    ASSERT_EQ(bytes.size(), 64u * 4);
+    std::vector<float> decoded(64);
+    std::memcpy(decoded.data(), bytes.data(), bytes.size());
+    EXPECT_EQ(decoded, i == 0 ? v0 : v2);
+  }
 
   StatusOr<http::ClientResponse> m = client_->Send("GET", "/metrics");
   ASSERT_TRUE(m.ok());

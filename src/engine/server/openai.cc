@@ -1,5 +1,6 @@
 #include "engine/server/openai.h"
 
+#include <charconv>
 #include <string>
 
 namespace aicloud::engine {
@@ -61,15 +62,31 @@ Status Common(const json& b, const Tokenizer& tok, GenerateRequest* r) {
     if (!so->is_object()) return Bad("stream_options", "must be an object");
     if (!(st = Bool(*so, "include_usage", &r->include_usage)).ok()) return st;
   }
-  if (auto n = b.find("n"); n != b.end() && !n->is_null() && !(n->is_number_integer() && n->get<int64_t>() == 1)) {
-    return Bad("n", "only n = 1 is supported");
+  if (auto n = b.find("n"); n != b.end() && !n->is_null()) {
+    if (!n->is_number_integer()) return Bad("n", "must be an integer");
+    const int64_t v = n->get<int64_t>();
+    if (v < 1 || v > kMaxChoices) return Bad("n", "must be in [1, " + std::to_string(kMaxChoices) + "], got " + std::to_string(v));
+    r->n = static_cast<int32_t>(v);
   }
   if (auto bo = b.find("best_of"); bo != b.end() && !bo->is_null() &&
                                    !(bo->is_number_integer() && bo->get<int64_t>() == 1)) {
     return Bad("best_of", "only best_of = 1 is supported");
   }
-  if (auto lb = b.find("logit_bias"); lb != b.end() && !lb->is_null() && !lb->empty()) {
-    return Bad("logit_bias", "is not supported");
+  if (auto lb = b.find("logit_bias"); lb != b.end() && !lb->is_null()) {
+    if (!lb->is_object()) return Bad("logit_bias", "must be an object mapping token ids to biases");
+    if (lb->size() > 1024) return Bad("logit_bias", "at most 1024 tokens");
+    for (const auto& [key, value] : lb->items()) {
+      int32_t id = -1;
+      const char* end = key.data() + key.size();
+      auto [ptr, ec] = std::from_chars(key.data(), end, id);
+      if (key.empty() || ec != std::errc() || ptr != end || id < 0 || id >= tok.VocabSize()) {
+        return Bad("logit_bias", "key '" + key + "' is not a token id of this model (0.." + std::to_string(tok.VocabSize() - 1) + ")");
+      }
+      if (!value.is_number()) return Bad("logit_bias", "the bias of token " + key + " must be a number");
+      const double bias = value.get<double>();
+      if (!(bias >= -100 && bias <= 100)) return Bad("logit_bias", "the bias of token " + key + " must be in [-100, 100]");
+      s.logit_bias.emplace_back(id, static_cast<float>(bias));
+    }
   }
   if (auto t = b.find("tools"); t != b.end() && !t->is_null() && !t->empty()) {
     return Bad("tools", "tool calling is not supported by this engine");
@@ -94,7 +111,6 @@ Status Common(const json& b, const Tokenizer& tok, GenerateRequest* r) {
       s.stop_token_ids.push_back(x.get<int32_t>());
     }
   }
-  (void)tok;
   return OkStatus();
 }
 

@@ -9,8 +9,8 @@
 // top_p, top_k, min_p, seed, stop (string or up to 4 strings), stop_token_ids, presence_penalty,
 // frequency_penalty, repetition_penalty, min_tokens, ignore_eos, skip_special_tokens, logprobs
 // (completions: 0..20; chat: true with top_logprobs 0..20), stream, stream_options.include_usage,
-// n (only 1), user (ignored). Options this engine does not implement (n > 1, best_of > 1, echo,
-// logit_bias, suffix, tools) are refused with 400 naming the parameter, never silently ignored.
+// n (1..16), logit_bias, user (ignored). Options this engine does not implement (best_of > 1, echo,
+// suffix) are refused with 400 naming the parameter, never silently ignored.
 // Other unknown fields are ignored, as vLLM does.
 #pragma once
 
@@ -38,7 +38,10 @@ struct GenerateRequest {
   bool include_usage = false;     // stream_options.include_usage
   bool chat = false;
   bool chat_logprobs = false;     // chat's logprobs: true
+  int32_t n = 1;                  // choices, each its own request (Engine::SubmitChoices)
 };
+
+inline constexpr int32_t kMaxChoices = 16;
 
 // A Status whose message names the parameter: "param: problem". OpenAiError puts the part before
 // the first ": " in error.param.
