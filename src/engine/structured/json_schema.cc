@@ -487,18 +487,21 @@ Pattern JsonStringMatching(const Pattern& value) {
   return Concat({Literal("\""), EscapeForJson(value), Literal("\"")});
 }
 
+// Digit counts are bounded so that a model cannot loop on digits and every output parses to
+// a finite double: at most 19 integer digits, 19 fraction digits and 2 exponent digits.
 Pattern JsonInteger() {
-  static const Pattern p = Concat(
-      {Optional(Literal("-")),
-       Alternate({Literal("0"), Concat({ByteRange('1', '9'), Repeat(ByteRange('0', '9'), 0, -1)})})});
+  static const Pattern p =
+      Concat({Optional(Literal("-")),
+              Alternate({Literal("0"), Concat({ByteRange('1', '9'),
+                                               Repeat(ByteRange('0', '9'), 0, kMaxJsonDigits - 1)})})});
   return p;
 }
 
 Pattern JsonNumber() {
   static const Pattern p = [] {
-    Pattern digits = Repeat(ByteRange('0', '9'), 1, -1);
-    Pattern fraction = Optional(Concat({Literal("."), digits}));
-    Pattern exponent = Optional(Concat({Chars("eE"), Optional(Chars("+-")), digits}));
+    Pattern fraction = Optional(Concat({Literal("."), Repeat(ByteRange('0', '9'), 1, kMaxJsonDigits)}));
+    Pattern exponent = Optional(
+        Concat({Chars("eE"), Optional(Chars("+-")), Repeat(ByteRange('0', '9'), 1, 2)}));
     return Concat({JsonInteger(), fraction, exponent});
   }();
   return p;

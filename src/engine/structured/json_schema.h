@@ -37,7 +37,10 @@
 //   string  " then any code point except " \ and U+0000..U+001F (as UTF-8), or the escapes
 //           \" \\ \/ \b \f \n \r \t \uXXXX (no lone surrogates: a high one must be followed by
 //           a low one), then "
-//   number  -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?      integer -?(0|[1-9][0-9]*)
+//   number  -?(0|[1-9][0-9]{0,18})(\.[0-9]{1,19})?([eE][+-]?[0-9]{1,2})?
+//   integer -?(0|[1-9][0-9]{0,18})
+//           (digit runs are bounded: a model cannot loop on digits, and every number parses
+//           to a finite double; larger numbers are valid JSON that this grammar never writes)
 //   ws      between tokens: at most one \n followed by at most max_whitespace spaces or tabs;
 //           never required, never unbounded (a model cannot loop on whitespace).
 //
@@ -63,6 +66,7 @@ inline constexpr int32_t kMaxSchemaDepth = 64;
 inline constexpr int32_t kMaxJsonStringLength = 1000;
 inline constexpr int32_t kMaxJsonItems = 1000;
 inline constexpr int64_t kMaxSchemaPatternSize = 200'000;
+inline constexpr int32_t kMaxJsonDigits = 19;
 
 struct JsonSchemaOptions {
   // Spaces or tabs allowed after the optional newline between two JSON tokens. 0: compact
