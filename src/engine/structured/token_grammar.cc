@@ -142,13 +142,21 @@ const TokenMask& GrammarMatcher::Mask(int32_t remaining) {
   // Near the end: keep the text tokens after which the rest still fits.
   if (!entry->ordered && !g.OrderLocked(state_, entry.get())) return empty();
   held_.reset();
-  own_.Reset(vocab_size);
   const auto cut = std::upper_bound(entry->ordered_after.begin(), entry->ordered_after.end(),
                                     remaining - 2);
   const size_t keep = static_cast<size_t>(cut - entry->ordered_after.begin());
-  for (size_t i = 0; i < keep; ++i) own_.Set(entry->ordered_ids[i]);
-  if (entry->accepting) {
-    for (int32_t eos : g.vocabulary().eos_ids()) own_.Set(eos);
+  const size_t total = entry->ordered_ids.size();
+  if (keep * 2 >= total) {
+    // Most tokens stay: copy the cached mask (EOS included) and clear the rest.
+    own_.bits = entry->mask.bits;
+    own_.count = entry->mask.count;
+    for (size_t i = keep; i < total; ++i) own_.Clear(entry->ordered_ids[i]);
+  } else {
+    own_.Reset(vocab_size);
+    for (size_t i = 0; i < keep; ++i) own_.Set(entry->ordered_ids[i]);
+    if (entry->accepting) {
+      for (int32_t eos : g.vocabulary().eos_ids()) own_.Set(eos);
+    }
   }
   own_.FinishSparseList(vocab_size);
   return own_;

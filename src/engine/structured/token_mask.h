@@ -36,6 +36,13 @@ struct TokenMask {
       ++count;
     }
   }
+  void Clear(int32_t t) {
+    const uint64_t bit = uint64_t{1} << (t & 63);
+    if (bits[t >> 6] & bit) {
+      bits[t >> 6] &= ~bit;
+      --count;
+    }
+  }
   // Fills `allowed` from `bits` when count is at most vocab_size / 32 (clears it otherwise).
   void FinishSparseList(int32_t vocab_size);
   // Heap bytes held.
