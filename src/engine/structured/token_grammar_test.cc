@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -403,6 +404,27 @@ TEST(TokenGrammarTest, MasksAreCachedAndIndependentOfHistory) {
   for (int32_t t : Gpt2().Encode(R"({"name":"ab)", false)) ASSERT_TRUE(c.Advance(t));
   EXPECT_EQ(c.Mask(500).bits, ma.bits);
   EXPECT_EQ(c.Mask(500).count, ma.count);
+}
+
+TEST(TokenGrammarTest, ConcurrentMatchersOnOneGrammarGiveTheSerialResults) {
+  auto vocab = Gpt2Vocab();
+  std::vector<std::string> serial;
+  {
+    auto g = SchemaGrammar(kPersonSchema, vocab);
+    for (uint32_t seed = 0; seed < 16; ++seed) serial.push_back(RandomWalk(g, seed, 120).text);
+  }
+  auto shared = SchemaGrammar(kPersonSchema, vocab);  // cold: threads race to fill the caches
+  std::vector<std::string> parallel(serial.size());
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (size_t seed = w; seed < parallel.size(); seed += 4) {
+        parallel[seed] = RandomWalk(shared, static_cast<uint32_t>(seed), 120).text;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(parallel, serial);
 }
 
 TEST(TokenGrammarTest, AutomatonOverflowFailsClosed) {
