@@ -232,6 +232,7 @@ SequenceSampling::SequenceSampling(SamplingParams params, uint64_t seed,
                                    std::span<const int32_t> prompt,
                                    std::span<const int32_t> eos_token_ids)
     : params_(std::move(params)), seed_(seed) {
+  if (params_.grammar) matcher_.emplace(params_.grammar);
   if (params_.min_tokens > 0) {
     masked_ = params_.stop_token_ids;
     if (!params_.ignore_eos) masked_.insert(masked_.end(), eos_token_ids.begin(), eos_token_ids.end());
@@ -245,7 +246,14 @@ SequenceSampling::SequenceSampling(SamplingParams params, uint64_t seed,
 
 void SequenceSampling::Append(int32_t token) {
   ++num_generated_;
+  if (matcher_ && !matcher_->Advance(token)) constraint_violated_ = true;
   if (params_.HasPenalties()) ++output_counts_[token];
+}
+
+const structured::TokenMask* SequenceSampling::ConstraintMask() const {
+  if (!matcher_) return nullptr;
+  const int64_t remaining = std::max<int64_t>(1, params_.max_tokens - num_generated_);
+  return &matcher_->Mask(static_cast<int32_t>(remaining));
 }
 
 int32_t SequenceSampling::OutputCount(int32_t token) const {
@@ -288,9 +296,14 @@ Status Sampler::Prepare(const SequenceSampling& seq, std::span<const float> logi
   const size_t vocab = logits.size();
   if (vocab == 0) return InvalidArgumentError("sampling: empty logits");
   std::span<const float> x = logits;
-  if (p.HasPenalties() || seq.MasksNow() || !p.logit_bias.empty()) {
+  const structured::TokenMask* allowed = seq.ConstraintMask();
+  if (allowed != nullptr && allowed->count == 0) {
+    return FailedPreconditionError("sampling: the grammar allows no token here");
+  }
+  if (p.HasPenalties() || seq.MasksNow() || !p.logit_bias.empty() || allowed != nullptr) {
     std::vector<float>& work = s_->work;
     work.assign(logits.begin(), logits.end());
+    if (allowed != nullptr) allowed->Apply(work);
     if (seq.MasksNow()) {
       for (int32_t t : seq.min_tokens_masked()) {
         if (t >= 0 && static_cast<size_t>(t) < vocab) work[static_cast<size_t>(t)] = kNegInf;

@@ -6,8 +6,9 @@
 //   seq.Append(r->token);
 //
 // The order of operations is vLLM's:
-//   0. min_tokens: until that many tokens exist, EOS and stop tokens get logit -inf;
-//      logit_bias is added to its tokens' logits;
+//   0. grammar: tokens the request's grammar does not allow now get logit -inf; min_tokens:
+//      until that many tokens exist, EOS and stop tokens get logit -inf; logit_bias is added
+//      to its tokens' logits;
 //   1. penalties (SamplingParams): repetition over prompt + output, then frequency and presence
 //      over output; only the seen tokens are touched, never the whole vocabulary;
 //   2. temperature 0: the argmax (lowest id among ties), done;
@@ -41,6 +42,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -80,6 +82,12 @@ class SequenceSampling {
   bool MasksNow() const {
     return !masked_.empty() && num_generated_ < params_.min_tokens;
   }
+  // With params().grammar: the tokens allowed next (keeping room to close within max_tokens);
+  // nullptr when unconstrained. The pointer is valid until the next Append or ConstraintMask.
+  const structured::TokenMask* ConstraintMask() const;
+  // Whether a generated token was one the grammar did not allow (Append recorded it anyway);
+  // only a caller that skipped the mask can cause it.
+  bool constraint_violated() const { return constraint_violated_; }
 
  private:
   SamplingParams params_;
@@ -88,6 +96,10 @@ class SequenceSampling {
   std::vector<int32_t> prompt_set_;
   std::unordered_map<int32_t, int32_t> output_counts_;
   std::vector<int32_t> masked_;
+  // The grammar's position; Mask() fills a per-matcher buffer near the end of the budget, hence
+  // mutable behind the const ConstraintMask().
+  mutable std::optional<structured::GrammarMatcher> matcher_;
+  bool constraint_violated_ = false;
 };
 
 struct TokenLogprob {

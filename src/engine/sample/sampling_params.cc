@@ -63,6 +63,24 @@ Status Validate(const SamplingParams& p, int32_t vocab_size) {
     }
     if (!(bias >= -100 && bias <= 100)) return Bad("logit_bias", "values in [-100, 100]", bias);
   }
+  if (p.grammar) {
+    if (p.min_tokens > 0) {
+      return Bad("min_tokens", "0 when the output is constrained (the grammar decides where it ends)", p.min_tokens);
+    }
+    if (p.ignore_eos) {
+      return InvalidArgumentError("sampling: ignore_eos cannot be combined with a constrained output");
+    }
+    if (const int32_t need = p.grammar->MinTokens(); need > p.max_tokens) {
+      return InvalidArgumentError("sampling: max_tokens must be at least " + std::to_string(need) +
+                                  " for this constrained output (its shortest complete form), got " +
+                                  std::to_string(p.max_tokens));
+    }
+    if (vocab_size > 0 && p.grammar->vocabulary().size() != vocab_size) {
+      return InvalidArgumentError("sampling: the grammar was built for a vocabulary of " +
+                                  std::to_string(p.grammar->vocabulary().size()) + " tokens, not " +
+                                  std::to_string(vocab_size));
+    }
+  }
   return OkStatus();
 }
 

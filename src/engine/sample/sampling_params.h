@@ -9,17 +9,19 @@
 //   if (Status s = Validate(p, vocab_size); !s.ok()) return s;   // INVALID_ARGUMENT: "top_p ..."
 //
 // Where each field acts:
-//   - Sampler (sampler.h): temperature, top_k, top_p, min_p, seed, logit_bias, the three
-//     penalties, logprobs.
+//   - Sampler (sampler.h): temperature, top_k, top_p, min_p, seed, logit_bias, grammar, the
+//     three penalties, logprobs.
 //   - Scheduler (batch/): max_tokens, min_tokens, stop_token_ids, ignore_eos.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/structured/token_grammar.h"
 
 namespace aicloud::engine {
 
@@ -62,6 +64,12 @@ struct SamplingParams {
   // logit before the penalties and every filter (+-100 in practice forces or bans a token).
   // Logprobs stay those of the model's distribution, without the bias.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Constrained decoding (structured/token_grammar.h): every token is drawn among those this
+  // grammar allows, and the output always completes within max_tokens (the grammar keeps room
+  // to close). Shared by the requests that use the same schema or regex. Needs min_tokens 0 and
+  // not ignore_eos (the grammar decides when the output ends); max_tokens must leave room for
+  // the shortest complete output.
+  std::shared_ptr<structured::TokenGrammar> grammar;
 
   bool HasPenalties() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;

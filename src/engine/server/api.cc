@@ -11,6 +11,7 @@
 #include <string>
 
 #include "auth/auth.h"
+#include "engine/server/tool_calls.h"
 #include "http/usage_header.h"
 
 namespace aicloud::engine {
@@ -95,15 +96,34 @@ http::Response ClientGone() {
                                                {"code", nullptr}}}});
 }
 
+// "call_" and 24 alphanumerics, the form OpenAI's tool call ids take.
+std::string ToolCallId() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static const char* kAlnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string s = "call_";
+  for (int i = 0; i < 24; ++i) s += kAlnum[rng() % 62];
+  return s;
+}
+
+// The finish_reason of a choice that called tools: OpenAI answers "tool_calls" when the model
+// chose to (auto) or had to call one of several (required), and "stop" for a named function.
+std::string ToolFinishReason(const std::string& finish, ToolChoiceMode mode) {
+  if (finish != "stop") return finish;
+  return mode == ToolChoiceMode::kNamed ? "stop" : "tool_calls";
+}
+
 http::Response Generate(Engine* e, http::Request& req, bool chat) {
-  StatusOr<json> body = ParseJson(req);
-  if (!body.ok()) return OpenAiError(body.status());
-  StatusOr<GenerateRequest> g = chat ? ParseChat(*body, e->tokenizer(), e->chat_template(), e->max_model_len())
-                                     : ParseCompletion(*body, e->tokenizer(), e->max_model_len());
+  nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return OpenAiError(InvalidArgumentError("body: not valid JSON"));
+  if (!body.is_object()) return OpenAiError(InvalidArgumentError("body: expected a JSON object"));
+  const RequestContext ctx{e->tokenizer(), e->chat_template(), e->max_model_len(), e->grammars()};
+  StatusOr<GenerateRequest> g = chat ? ParseChat(body, ctx) : ParseCompletion(body, ctx);
   if (!g.ok()) return OpenAiError(g.status());
   const bool stream = g->stream, include_usage = g->include_usage, want_logprobs = g->sampling.logprobs.has_value();
   const std::string model = g->model;
   const int32_t n = g->n;
+  const ToolChoiceMode tool_mode = g->tool_mode;
+  const ToolCallFormat tool_format = g->tool_format;
   auto signal = std::make_shared<StreamSignal>();
   StatusOr<std::vector<std::shared_ptr<Stream>>> s = e->SubmitChoices(std::move(*g), n, signal);
   if (!s.ok()) return OpenAiError(s.status());
@@ -152,6 +172,20 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
       json choice = {{"index", i}, {"finish_reason", c.finish_reason}};
       if (chat) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        if (tool_mode != ToolChoiceMode::kNone) {
+          ParsedOutput parsed = ParseToolCalls(tool_format, c.text);
+          if (!parsed.calls.empty()) {
+            json calls = json::array();
+            for (const ParsedToolCall& call : parsed.calls) {
+              calls.push_back({{"id", ToolCallId()},
+                               {"type", "function"},
+                               {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+            }
+            choice["message"]["content"] = parsed.content.empty() ? json(nullptr) : json(parsed.content);
+            choice["message"]["tool_calls"] = std::move(calls);
+            choice["finish_reason"] = ToolFinishReason(c.finish_reason, tool_mode);
+          }
+        }
       } else {
         choice["text"] = c.text;
       }
@@ -177,7 +211,8 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
   http::Response r;
   r.content_type = "text/event-stream";
   r.headers.emplace_back("Cache-Control", "no-cache");
-  r.stream = [e, outs, signal, cancel_all, id, created, model, chat, include_usage, want_logprobs](http::StreamWriter& w) {
+  r.stream = [e, outs, signal, cancel_all, id, created, model, chat, include_usage, want_logprobs, tool_mode,
+              tool_format](http::StreamWriter& w) {
     auto send = [&](const json& j) { return w.Write("data: " + j.dump() + "\n\n"); };
     auto chunk = [&](json choice) {
       return json{{"id", id},
@@ -196,6 +231,39 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
       }
     }
     std::vector<bool> finished(outs.size(), false);
+    // Chat with tools: each choice's text goes through a parser that turns tool calls into
+    // tool_calls deltas (name first, then argument pieces) and passes the rest on as content.
+    std::vector<std::unique_ptr<ToolCallStreamParser>> parsers(outs.size());
+    std::vector<int32_t> calls_seen(outs.size(), 0);
+    if (chat && tool_mode != ToolChoiceMode::kNone) {
+      for (auto& p : parsers) p = std::make_unique<ToolCallStreamParser>(tool_format);
+    }
+    auto tool_deltas = [&](size_t i, const std::vector<ToolCallStreamParser::Event>& events, json* logprobs) -> bool {
+      for (const ToolCallStreamParser::Event& ev : events) {
+        json delta;
+        switch (ev.kind) {
+          case ToolCallStreamParser::Event::Kind::kContent:
+            if (ev.text.empty()) continue;
+            delta = {{"content", ev.text}};
+            break;
+          case ToolCallStreamParser::Event::Kind::kCallStart:
+            ++calls_seen[i];
+            delta = {{"tool_calls", json::array({{{"index", ev.index},
+                                                   {"id", ToolCallId()},
+                                                   {"type", "function"},
+                                                   {"function", {{"name", ev.name}, {"arguments", ""}}}}})}};
+            break;
+          case ToolCallStreamParser::Event::Kind::kArguments:
+            if (ev.text.empty()) continue;
+            delta = {{"tool_calls", json::array({{{"index", ev.index}, {"function", {{"arguments", ev.text}}}}})}};
+            break;
+        }
+        json choice = {{"index", i}, {"delta", std::move(delta)}, {"logprobs", *logprobs}, {"finish_reason", nullptr}};
+        *logprobs = nullptr;  // once per engine delta
+        if (!send(chunk(std::move(choice)))) return false;
+      }
+      return true;
+    };
     int64_t prompt = 0, completion = 0, cached = 0;
     uint64_t seen = 0;
     for (size_t left = outs.size(); left > 0;) {
@@ -213,6 +281,31 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
           cancel_all();
           w.Write("data: [DONE]\n\n");
           return;
+        }
+        if (parsers[i]) {
+          json logprobs = want_logprobs ? LogprobsJson(*e, d.samples, chat) : json(nullptr);
+          std::vector<ToolCallStreamParser::Event> events = parsers[i]->Push(d.text);
+          if (d.finish_reason) {
+            std::vector<ToolCallStreamParser::Event> rest = parsers[i]->Finish();
+            events.insert(events.end(), rest.begin(), rest.end());
+          }
+          if (!tool_deltas(i, events, &logprobs)) {
+            cancel_all();
+            return;
+          }
+          if (d.finish_reason) {
+            const std::string finish = calls_seen[i] > 0 ? ToolFinishReason(*d.finish_reason, tool_mode) : *d.finish_reason;
+            if (!send(chunk({{"index", i}, {"delta", json::object()}, {"logprobs", logprobs}, {"finish_reason", finish}}))) {
+              cancel_all();
+              return;
+            }
+            finished[i] = true;
+            --left;
+            if (i == 0) prompt = d.prompt_tokens;
+            completion += d.completion_tokens;
+            cached += d.cached_tokens;
+          }
+          continue;
         }
         json choice = {{"index", i}, {"finish_reason", d.finish_reason ? json(*d.finish_reason) : json(nullptr)}};
         if (chat) {

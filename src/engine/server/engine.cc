@@ -133,6 +133,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
       so.eos_token_ids.push_back(*eot);
     }
   }
+  e->eos_ids_ = so.eos_token_ids;
+  e->grammars_ = std::make_unique<GrammarCache>(
+      structured::TokenVocabulary::Build(*e->tokenizer_, static_cast<int32_t>(c.vocab_size), so.eos_token_ids));
   so.vocab_size = static_cast<int32_t>(c.vocab_size);
   so.kv.num_blocks = static_cast<int32_t>(e->num_blocks_);
   so.kv.block_size = options.block_size;
@@ -474,6 +477,15 @@ void Engine::Step() {
       if (!s.needs_logits) continue;
       StatusOr<SampleResult> r = sampler_.Sample(*s.sampling, std::span<const float>(logits_.data() + row * V, static_cast<size_t>(V)));
       ++row;
+      if (!r.ok() && s.sampling->params().grammar && !eos_ids_.empty()) {
+        // The request's own grammar failed (its automaton outgrew its limits, say): end this
+        // request with an error, keep serving the others.
+        constraint_failures_[s.id] = InternalError("constrained decoding failed: " + std::string(r.status().message()));
+        SampleResult end;
+        end.token = eos_ids_[0];
+        sampled.push_back({s.id, end});
+        continue;
+      }
       if (!r.ok()) {
         fw = r.status();
         break;
@@ -546,6 +558,12 @@ void Engine::Deliver(const RequestOutput& out) {
       itl_->Observe({name}, (out.time_micros - it->second) / 1e6);
     }
     last_token_micros_[out.id] = out.time_micros;
+  }
+  if (auto f = constraint_failures_.find(out.id); f != constraint_failures_.end()) {
+    d.error = f->second;
+    d.text.clear();
+    constraint_failures_.erase(f);
+    if (!out.finish) scheduler_->Abort(out.id, FinishReason::kAborted);
   }
   if (out.finish) {
     d.text += live->text->Finish();

@@ -36,6 +36,7 @@
 #include "engine/runner/llama.h"
 #include "engine/sample/sampler.h"
 #include "engine/server/openai.h"
+#include "engine/server/structured_output.h"
 #include "engine/server/text_stream.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -154,6 +155,8 @@ class Engine {
   int64_t max_model_len() const { return max_model_len_; }
   int64_t kv_cache_blocks() const { return num_blocks_; }
   const EngineOptions& options() const { return options_; }
+  // The compiled grammars of structured outputs, bound to this model's vocabulary.
+  GrammarCache* grammars() { return grammars_.get(); }
   // The adapters (hot load and unload go straight to it; thread-safe).
   LoraRegistry& loras() { return *loras_; }
   Metrics& metrics() { return metrics_; }
@@ -174,6 +177,11 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<kernels::ThreadPool> pool_;
   std::unique_ptr<LoraRegistry> loras_;
+  std::unique_ptr<GrammarCache> grammars_;
+  std::vector<int32_t> eos_ids_;
+  // Constrained requests whose grammar failed mid-way (e.g. its automaton outgrew its limits):
+  // they end at this step with the error instead of taking the engine down.
+  std::map<RequestId, Status> constraint_failures_;  // loop thread only
   Sampler sampler_;
   int64_t max_model_len_ = 0;
   int64_t num_blocks_ = 0;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -343,6 +344,56 @@ TEST(Engine, ChoicesShareThePromptAndDrawIndependently) {
   EXPECT_EQ(e->SubmitChoices(g, 0).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Constrained requests: every output of a random-weight model matches its grammar and ends by
+// EOS within max_tokens, and a constrained request's tokens do not depend on what shares its
+// steps (batch invariance, as for unconstrained ones).
+TEST(Engine, ConstrainedOutputsMatchAndIgnoreTheirBatch) {
+  std::unique_ptr<Engine> e = Start({.max_num_seqs = 8, .max_num_batched_tokens = 64});
+  ASSERT_NE(e, nullptr);
+  OutputConstraint c;
+  c.kind = OutputConstraint::Kind::kJsonSchema;
+  c.field = "guided_json";
+  c.schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+      "id":{"type":"integer"},"tag":{"enum":["a","b"]},"ok":{"type":"boolean"}},
+      "required":["id","tag","ok"],"additionalProperties":false})");
+  StatusOr<std::shared_ptr<structured::TokenGrammar>> g = ConstraintGrammar(c, *e->grammars());
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    GenerateRequest r = Greedy({100, 200, static_cast<int32_t>(300 + i)}, 40);
+    r.sampling.ignore_eos = false;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 7 + i;
+    if (i % 2 == 0) r.sampling.grammar = *g;  // constrained and free requests share the batch
+    reqs.push_back(r);
+  }
+  std::vector<Result> solo;
+  for (const GenerateRequest& r : reqs) {
+    StatusOr<std::shared_ptr<Stream>> s = e->Submit(r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    solo.push_back(Drain(**s));
+  }
+  for (int i = 0; i < 6; i += 2) {
+    SCOPED_TRACE(solo[i].text);
+    EXPECT_EQ(solo[i].finish, "stop");  // closed by EOS, never cut off by max_tokens
+    const json v = json::parse(solo[i].text, nullptr, false);
+    ASSERT_TRUE(v.is_object());
+    EXPECT_TRUE(v["id"].is_number_integer());
+    EXPECT_TRUE(v["tag"] == "a" || v["tag"] == "b");
+    EXPECT_TRUE(v["ok"].is_boolean());
+  }
+  std::vector<std::shared_ptr<Stream>> together;
+  for (const GenerateRequest& r : reqs) together.push_back(*e->Submit(r));
+  for (size_t i = 0; i < together.size(); ++i) EXPECT_EQ(Drain(*together[i]).tokens, solo[i].tokens) << "request " << i;
+
+  // A budget below the shortest complete output (counted in bytes, one token each: 27 bytes and
+  // the EOS) is refused before anything runs.
+  GenerateRequest tight = reqs[0];
+  tight.sampling.max_tokens = 27;
+  StatusOr<std::shared_ptr<Stream>> refused = e->Submit(tight);
+  EXPECT_FALSE(refused.ok());
+}
+
 class ApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -524,6 +575,51 @@ TEST(EngineApiTest, UnaryRequestOfAClientThatLeftIsAborted) {
   const double generated = metric("vllm:generation_tokens_total{") - tokens_before;
   EXPECT_LT(generated, 480) << "the whole request took " << std::chrono::duration<double, std::milli>(full).count() << " ms";
   (*server)->Stop();
+}
+
+// guided_regex, guided_choice and response_format over HTTP: outputs match, bad constraints are
+// 400s naming the field and the construct.
+TEST_F(ApiTest, StructuredOutputsOverHttp) {
+  for (int seed = 0; seed < 8; ++seed) {
+    auto [c, j] = Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":20,"temperature":1,"seed":)" +
+                                               std::to_string(seed) + R"(,"guided_regex":"[0-9]{4}-[A-Z]{2,3}"})");
+    ASSERT_EQ(c, 200) << j.dump();
+    const std::string text = j["choices"][0]["text"];
+    EXPECT_TRUE(std::regex_match(text, std::regex("[0-9]{4}-[A-Z]{2,3}"))) << text;
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  }
+  auto [cc, choice] = Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":8,"n":4,"temperature":1,"guided_choice":["yes","no","maybe"]})");
+  ASSERT_EQ(cc, 200) << choice.dump();
+  ASSERT_EQ(choice["choices"].size(), 4u);
+  for (const json& ch : choice["choices"]) {
+    const std::string t = ch["text"];
+    EXPECT_TRUE(t == "yes" || t == "no" || t == "maybe") << t;
+  }
+  auto [cj, obj] = Post("/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":60,"temperature":1,"seed":3,"response_format":{"type":"json_object"}})");
+  ASSERT_EQ(cj, 200) << obj.dump();
+  EXPECT_TRUE(json::parse(obj["choices"][0]["text"].get<std::string>(), nullptr, false).is_object()) << obj.dump();
+
+  struct Bad {
+    std::string body, param, says;
+  };
+  const Bad bad[] = {
+      {R"("guided_regex":"(?=a)b")", "guided_regex", "not supported"},
+      {R"("guided_json":{"type":"object","oneOf":[]})", "guided_json#", "oneOf"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","format":"email"}}})",
+       "response_format.json_schema.schema#", "format"},
+      {R"("response_format":{"type":"yaml"})", "response_format.type", "yaml"},
+      {R"("guided_regex":"a","guided_choice":["b"])", "guided_choice", "only one of"},
+      {R"("guided_regex":"[a-z]{30}","max_tokens":5)", "max_tokens", "at least"},
+      {R"("guided_regex":"a","ignore_eos":true)", "ignore_eos", "constrained"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.body);
+    auto [code, err] = Post("/v1/completions", R"({"model":"tiny","prompt":"x",)" + b.body + "}");
+    EXPECT_EQ(code, 400) << err.dump();
+    const std::string param = err["error"]["param"].is_string() ? err["error"]["param"].get<std::string>() : "";
+    EXPECT_TRUE(param.starts_with(b.param)) << err.dump();
+    EXPECT_NE(err["error"]["message"].get<std::string>().find(b.says), std::string::npos) << err.dump();
+  }
 }
 
 TEST_F(ApiTest, StreamingMatchesNonStreaming) {

@@ -6,7 +6,7 @@
 namespace aicloud::engine {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 Status Bad(const std::string& param, const std::string& what) {
   return InvalidArgumentError(param + ": " + what);
@@ -88,9 +88,6 @@ Status Common(const json& b, const Tokenizer& tok, GenerateRequest* r) {
       s.logit_bias.emplace_back(id, static_cast<float>(bias));
     }
   }
-  if (auto t = b.find("tools"); t != b.end() && !t->is_null() && !t->empty()) {
-    return Bad("tools", "tool calling is not supported by this engine");
-  }
   if (auto stop = b.find("stop"); stop != b.end() && !stop->is_null()) {
     if (stop->is_string()) {
       r->stop.push_back(stop->get<std::string>());
@@ -147,9 +144,29 @@ Status Finish(GenerateRequest* r, const Tokenizer& tok, int64_t max_model_len, s
   return v;
 }
 
+// The grammar of the output, from response_format / guided_* or a forced tool call.
+Status Constrain(const json& b, const RequestContext& ctx, const ToolRequest* tools, GenerateRequest* r) {
+  StatusOr<OutputConstraint> c = ParseOutputConstraint(b);
+  if (!c.ok()) return c.status();
+  const bool forced = tools != nullptr && (tools->mode == ToolChoiceMode::kRequired || tools->mode == ToolChoiceMode::kNamed);
+  if (c->kind != OutputConstraint::Kind::kNone && forced) {
+    return Bad(c->field, "cannot be combined with tool_choice \"required\" or a named function");
+  }
+  if (c->kind == OutputConstraint::Kind::kNone && !forced) return OkStatus();
+  const std::string field = forced ? "tool_choice" : c->field;
+  if (ctx.grammars == nullptr) return Bad(field, "constrained output is not available on this engine");
+  StatusOr<std::shared_ptr<structured::TokenGrammar>> g =
+      forced ? ToolCallGrammar(*tools, r->tool_format, *ctx.grammars) : ConstraintGrammar(*c, *ctx.grammars);
+  if (!g.ok()) return g.status();
+  r->sampling.grammar = std::move(*g);
+  return OkStatus();
+}
+
 }  // namespace
 
-StatusOr<GenerateRequest> ParseCompletion(const json& b, const Tokenizer& tok, int64_t max_model_len) {
+StatusOr<GenerateRequest> ParseCompletion(const json& b, const RequestContext& ctx) {
+  const Tokenizer& tok = ctx.tokenizer;
+  const int64_t max_model_len = ctx.max_model_len;
   GenerateRequest r;
   if (Status s = Common(b, tok, &r); !s.ok()) return s;
   if (b.contains("echo") && b["echo"].is_boolean() && b["echo"].get<bool>()) return Bad("echo", "is not supported");
@@ -177,11 +194,15 @@ StatusOr<GenerateRequest> ParseCompletion(const json& b, const Tokenizer& tok, i
     if (!mt->is_number_integer()) return Bad("max_tokens", "must be an integer");
     max_tokens = mt->get<int64_t>();
   }
+  if (Status s = Constrain(b, ctx, nullptr, &r); !s.ok()) return s;
   if (Status s = Finish(&r, tok, max_model_len, max_tokens); !s.ok()) return s;
   return r;
 }
 
-StatusOr<GenerateRequest> ParseChat(const json& b, const Tokenizer& tok, const ChatTemplate* chat, int64_t max_model_len) {
+StatusOr<GenerateRequest> ParseChat(const json& b, const RequestContext& ctx) {
+  const Tokenizer& tok = ctx.tokenizer;
+  const ChatTemplate* chat = ctx.chat;
+  const int64_t max_model_len = ctx.max_model_len;
   GenerateRequest r;
   r.chat = true;
   if (Status s = Common(b, tok, &r); !s.ok()) return s;
@@ -198,24 +219,61 @@ StatusOr<GenerateRequest> ParseChat(const json& b, const Tokenizer& tok, const C
     if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool") {
       return Bad(at + ".role", "unknown role \"" + role + "\"");
     }
-    std::string content;
+    ChatMessage msg;
+    msg.role = role == "developer" ? "system" : role;
     const json c = x.value("content", json());
     if (c.is_string()) {
-      content = c.get<std::string>();
+      msg.content = c.get<std::string>();
     } else if (c.is_array()) {  // content parts: text only
       for (const json& part : c) {
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
           return Bad(at + ".content", "only text content parts are supported");
         }
-        content += part["text"].get<std::string>();
+        msg.content += part["text"].get<std::string>();
       }
-    } else if (!c.is_null()) {
+    } else if (c.is_null()) {
+      msg.content_is_null = true;
+    } else {
       return Bad(at + ".content", "must be a string or a list of text parts");
     }
-    msgs.push_back({role == "developer" ? "system" : role, std::move(content)});
+    if (auto tc = x.find("tool_calls"); tc != x.end() && !tc->is_null()) {
+      if (role != "assistant") return Bad(at + ".tool_calls", "only assistant messages carry tool calls");
+      if (!tc->is_array()) return Bad(at + ".tool_calls", "must be a list");
+      for (size_t k = 0; k < tc->size(); ++k) {
+        const json& call = (*tc)[k];
+        const std::string cat = at + ".tool_calls[" + std::to_string(k) + "]";
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+          return Bad(cat + ".function", "required, an object");
+        }
+        const json& f = call["function"];
+        if (!f.contains("name") || !f["name"].is_string()) return Bad(cat + ".function.name", "required, a string");
+        if (!f.contains("arguments") || !f["arguments"].is_string()) {
+          return Bad(cat + ".function.arguments", "required, a string holding a JSON object");
+        }
+        msg.tool_calls.push_back({call.value("id", ""), f["name"].get<std::string>(), f["arguments"].get<std::string>()});
+      }
+    } else if (msg.content_is_null && role != "assistant") {
+      return Bad(at + ".content", "required for a " + role + " message");
+    }
+    if (auto id = x.find("tool_call_id"); id != x.end() && !id->is_null()) {
+      if (!id->is_string()) return Bad(at + ".tool_call_id", "must be a string");
+      msg.tool_call_id = *id;
+    }
+    if (auto name = x.find("name"); name != x.end() && !name->is_null()) {
+      if (!name->is_string()) return Bad(at + ".name", "must be a string");
+      msg.name = *name;
+    }
+    msgs.push_back(std::move(msg));
   }
-  const std::string text = chat->Render(msgs, /*add_generation_prompt=*/true);
-  r.prompt = tok.Encode(text, /*add_special_tokens=*/false);
+  StatusOr<ToolRequest> tools = ParseToolRequest(b);
+  if (!tools.ok()) return tools.status();
+  r.tool_mode = tools->mode;
+  r.tool_format = chat->tool_call_format();
+  std::vector<nlohmann::ordered_json> rendered_tools;
+  for (const FunctionTool& t : tools->tools) rendered_tools.push_back(t.raw);
+  StatusOr<std::string> text = chat->RenderChat(msgs, rendered_tools, /*add_generation_prompt=*/true);
+  if (!text.ok()) return text.status();
+  r.prompt = tok.Encode(*text, /*add_special_tokens=*/false);
   if (auto lp = b.find("logprobs"); lp != b.end() && !lp->is_null()) {
     if (!lp->is_boolean()) return Bad("logprobs", "must be true or false");
     r.chat_logprobs = lp->get<bool>();
@@ -235,6 +293,7 @@ StatusOr<GenerateRequest> ParseChat(const json& b, const Tokenizer& tok, const C
       break;
     }
   }
+  if (Status s = Constrain(b, ctx, &*tools, &r); !s.ok()) return s;
   if (Status s = Finish(&r, tok, max_model_len, max_tokens); !s.ok()) return s;
   return r;
 }
@@ -242,12 +301,12 @@ StatusOr<GenerateRequest> ParseChat(const json& b, const Tokenizer& tok, const C
 http::Response OpenAiError(const Status& status, int retry_after_s) {
   const int code = http::HttpStatusOf(status);
   std::string message(status.message());
-  json param = nullptr;
+  nlohmann::json param = nullptr;
   if (code == 400) {
     const size_t colon = message.find(": ");
     if (colon != std::string::npos && colon < 64 && message.find(' ') >= colon) param = message.substr(0, colon);
   }
-  json err = {{"message", message},
+  nlohmann::json err = {{"message", message},
               {"type", code < 500 ? (code == 429 ? "rate_limit_error" : code == 404 ? "not_found_error" : "invalid_request_error")
                                   : "server_error"},
               {"param", param},

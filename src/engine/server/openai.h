@@ -9,8 +9,11 @@
 // top_p, top_k, min_p, seed, stop (string or up to 4 strings), stop_token_ids, presence_penalty,
 // frequency_penalty, repetition_penalty, min_tokens, ignore_eos, skip_special_tokens, logprobs
 // (completions: 0..20; chat: true with top_logprobs 0..20), stream, stream_options.include_usage,
-// n (1..16), logit_bias, user (ignored). Options this engine does not implement (best_of > 1, echo,
-// suffix) are refused with 400 naming the parameter, never silently ignored.
+// n (1..16), logit_bias, user (ignored); response_format (text, json_object, json_schema) and
+// vLLM's guided_json / guided_regex / guided_choice, enforced by constrained decoding; chat:
+// tools, tool_choice, parallel_tool_calls, assistant tool_calls and tool messages
+// (structured_output.h). Options this engine does not implement (best_of > 1, echo, suffix)
+// are refused with 400 naming the parameter, never silently ignored.
 // Other unknown fields are ignored, as vLLM does.
 #pragma once
 
@@ -22,6 +25,7 @@
 
 #include "core/status.h"
 #include "engine/sample/sampling_params.h"
+#include "engine/server/structured_output.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "http/message.h"
@@ -39,16 +43,29 @@ struct GenerateRequest {
   bool chat = false;
   bool chat_logprobs = false;     // chat's logprobs: true
   int32_t n = 1;                  // choices, each its own request (Engine::SubmitChoices)
+  // Chat with tools: kAuto, kRequired and kNamed read tool calls back out of the text in
+  // tool_format (tool_calls.h); kNone leaves the text as the answer.
+  ToolChoiceMode tool_mode = ToolChoiceMode::kNone;
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
+};
+
+// What parsing a request needs from the engine. `grammars` may be null: then a request that
+// constrains its output is refused.
+struct RequestContext {
+  const Tokenizer& tokenizer;
+  const ChatTemplate* chat = nullptr;
+  int64_t max_model_len = 0;
+  GrammarCache* grammars = nullptr;
 };
 
 inline constexpr int32_t kMaxChoices = 16;
 
 // A Status whose message names the parameter: "param: problem". OpenAiError puts the part before
 // the first ": " in error.param.
-StatusOr<GenerateRequest> ParseCompletion(const nlohmann::json& body, const Tokenizer& tokenizer,
-                                          int64_t max_model_len);
-StatusOr<GenerateRequest> ParseChat(const nlohmann::json& body, const Tokenizer& tokenizer,
-                                    const ChatTemplate* chat, int64_t max_model_len);
+// `body` is the request as parsed with its key order kept (JSON schemas generate their
+// properties in the order given).
+StatusOr<GenerateRequest> ParseCompletion(const nlohmann::ordered_json& body, const RequestContext& ctx);
+StatusOr<GenerateRequest> ParseChat(const nlohmann::ordered_json& body, const RequestContext& ctx);
 
 // {"error": {"message", "type", "param", "code"}} with the HTTP status of the Status code;
 // type "invalid_request_error" for 4xx, "server_error" otherwise. 429s carry Retry-After.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/tokenizer/py_json.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace aicloud::engine {
@@ -135,25 +136,76 @@ std::string_view ChatTemplate::family_name() const {
 
 std::string ChatTemplate::Render(std::span<const ChatMessage> messages,
                                  bool add_generation_prompt) const {
-  if (generation_prompt_always_) add_generation_prompt = true;
-  if (generation_prompt_never_) add_generation_prompt = false;
-  return family_ == ChatFamily::kLlama3 ? RenderLlama3(messages, add_generation_prompt)
-                                        : RenderChatMl(messages, add_generation_prompt);
+  // Plain messages render without errors (no tool calls to parse).
+  StatusOr<std::string> r = RenderChat(messages, {}, add_generation_prompt);
+  return r.ok() ? std::move(*r) : std::string();
 }
 
-std::string ChatTemplate::RenderChatMl(std::span<const ChatMessage> messages,
-                                       bool add_generation_prompt) const {
+StatusOr<std::string> ChatTemplate::RenderChat(std::span<const ChatMessage> messages,
+                                               std::span<const nlohmann::ordered_json> tools,
+                                               bool add_generation_prompt) const {
+  if (generation_prompt_always_) add_generation_prompt = true;
+  if (generation_prompt_never_) add_generation_prompt = false;
+  return family_ == ChatFamily::kLlama3 ? RenderLlama3(messages, tools, add_generation_prompt)
+                                        : RenderChatMl(messages, tools, add_generation_prompt);
+}
+
+namespace {
+
+// A call's arguments as the template's `tojson` writes them.
+StatusOr<std::string> Arguments(const ChatToolCall& call, size_t message, size_t index) {
+  nlohmann::ordered_json args = nlohmann::ordered_json::parse(call.arguments, nullptr, false);
+  if (args.is_discarded() || !args.is_object()) {
+    return InvalidArgumentError(fmt::format("messages[{}].tool_calls[{}].function.arguments: must be a JSON object "
+                                            "written as a string",
+                                            message, index));
+  }
+  return PyJsonDumps(args);
+}
+
+}  // namespace
+
+StatusOr<std::string> ChatTemplate::RenderChatMl(std::span<const ChatMessage> messages,
+                                                 std::span<const nlohmann::ordered_json> tools,
+                                                 bool add_generation_prompt) const {
   std::string out;
-  if (default_system_ && (messages.empty() || messages[0].role != "system")) {
+  size_t first = 0;
+  if (!tools.empty()) {
+    // Qwen2.5: the system text (given or default) followed by the tool section.
+    std::string system = default_system_.value_or("");
+    if (!messages.empty() && messages[0].role == "system") {
+      system = messages[0].content;
+      first = 1;
+    }
+    out += "<|im_start|>system\n" + system;
+    if (!system.empty()) out += "\n\n";
+    out += "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+           "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    for (const nlohmann::ordered_json& t : tools) out += "\n" + PyJsonDumps(t);
+    out += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+           "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+           "<args-json-object>}\n</tool_call><|im_end|>\n";
+  } else if (default_system_ && (messages.empty() || messages[0].role != "system")) {
     out += "<|im_start|>system\n" + *default_system_ + "<|im_end|>\n";
   }
-  for (size_t i = 0; i < messages.size(); ++i) {
+  for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    if (tool_responses_ && m.role == "tool") {
+    if ((tool_responses_ || !tools.empty()) && m.role == "tool") {
       // Qwen2.5: a run of tool results is one user turn of <tool_response> blocks.
       if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
       out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
       if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+      continue;
+    }
+    if (m.role == "assistant" && !m.tool_calls.empty()) {
+      out += "<|im_start|>assistant";
+      if (!m.content.empty()) out += "\n" + m.content;
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        StatusOr<std::string> args = Arguments(m.tool_calls[k], i, k);
+        if (!args.ok()) return args.status();
+        out += "\n<tool_call>\n{\"name\": \"" + m.tool_calls[k].name + "\", \"arguments\": " + *args + "}\n</tool_call>";
+      }
+      out += "<|im_end|>\n";
       continue;
     }
     out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
@@ -162,13 +214,35 @@ std::string ChatTemplate::RenderChatMl(std::span<const ChatMessage> messages,
   return out;
 }
 
-std::string ChatTemplate::RenderLlama3(std::span<const ChatMessage> messages,
-                                       bool add_generation_prompt) const {
+StatusOr<std::string> ChatTemplate::RenderLlama3(std::span<const ChatMessage> messages,
+                                                 std::span<const nlohmann::ordered_json> tools,
+                                                 bool add_generation_prompt) const {
   std::string out;
+  bool tools_placed = tools.empty();
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (i == 0 && bos_first_) out += bos_token_;
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+    const std::string role = m.role == "tool" ? "ipython" : m.role;
+    out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n";
+    if (!tools_placed && m.role == "user") {
+      // Llama-3.1's JSON tool calling: the functions head the first user message.
+      out += "Given the following functions, please respond with a JSON for a function call with its proper "
+             "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+             "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n";
+      for (const nlohmann::ordered_json& t : tools) out += PyJsonDumps(t, 4) + "\n\n";
+      tools_placed = true;
+    }
+    if (m.role == "assistant" && !m.tool_calls.empty()) {
+      if (m.tool_calls.size() > 1) {
+        return InvalidArgumentError(fmt::format("messages[{}].tool_calls: this model's template replays one tool call "
+                                                "per assistant message",
+                                                i));
+      }
+      StatusOr<std::string> args = Arguments(m.tool_calls[0], i, 0);
+      if (!args.ok()) return args.status();
+      out += "{\"name\": \"" + m.tool_calls[0].name + "\", \"parameters\": " + *args + "}<|eot_id|>";
+      continue;
+    }
     out += trim_content_ ? Trim(m.content) : m.content;
     out += "<|eot_id|>";
   }

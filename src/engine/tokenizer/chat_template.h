@@ -23,28 +23,57 @@
 // Anything else — including Llama-3.1's date/tools preamble and reasoning (<think>) templates —
 // is refused with UNIMPLEMENTED rather than rendered differently from the model's template.
 //
+// Tools (RenderChat): ChatML renders them as Qwen2.5's template does — a "# Tools" section in
+// the system turn with one `tojson` line per tool inside <tools></tools> and the instruction to
+// answer in <tool_call></tool_call> blocks; an assistant message's calls replayed as
+// <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>; tool results grouped into a user
+// turn of <tool_response> blocks. ChatML templates without a tool section of their own
+// (SmolLM2, Qwen2) get the same rendering. Llama-3 renders them in the JSON style of Llama-3.1's
+// template: the tool list (`tojson(indent=4)`) and its instruction at the head of the first user
+// message, a replayed call as {"name": ..., "parameters": ...}, a tool result as an "ipython"
+// turn; one call per assistant message. Arguments arrive as JSON text (the API's form) and are
+// parsed and re-written as the template's `tojson` writes them (py_json.h).
+//
 // The rendered prompt holds special tokens as text (and the BOS, for Llama-3): encode it with
 // add_special_tokens=false so no second BOS is added.
 //
 // Thread-safety: immutable value; Render may run concurrently.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "engine/tokenizer/tokenizer_config.h"
 
 namespace aicloud::engine {
 
+// One call an assistant message made, as the OpenAI API carries it.
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text of an object
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant" (ChatML: "tool" too)
+  std::string role;  // "system", "user", "assistant", "tool"
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant
+  std::string tool_call_id;              // tool
+  std::string name;
+  bool content_is_null = false;          // an assistant message with tool calls only
 };
 
 enum class ChatFamily { kChatMl, kLlama3 };
+
+// How a model of this family writes a tool call (and how RenderChat replays one):
+//   kHermes      <tool_call>\n{"name": "...", "arguments": {...}}\n</tool_call>
+//   kLlama3Json  {"name": "...", "parameters": {...}}
+enum class ToolCallFormat { kHermes, kLlama3Json };
 
 class ChatTemplate {
  public:
@@ -57,6 +86,15 @@ class ChatTemplate {
                                              std::string bos_token);
 
   std::string Render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  // With tools (each the request's `tools[i]` object as given) and messages that may carry tool
+  // calls and tool results. INVALID_ARGUMENT naming the message for tool-call arguments that are
+  // not a JSON object, or (Llama-3) more than one call in a message.
+  StatusOr<std::string> RenderChat(std::span<const ChatMessage> messages,
+                                   std::span<const nlohmann::ordered_json> tools,
+                                   bool add_generation_prompt) const;
+  ToolCallFormat tool_call_format() const {
+    return family_ == ChatFamily::kLlama3 ? ToolCallFormat::kLlama3Json : ToolCallFormat::kHermes;
+  }
 
   ChatFamily family() const { return family_; }
   std::string_view family_name() const;
@@ -66,8 +104,12 @@ class ChatTemplate {
 
  private:
   ChatTemplate() = default;
-  std::string RenderChatMl(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
-  std::string RenderLlama3(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  StatusOr<std::string> RenderChatMl(std::span<const ChatMessage> messages,
+                                     std::span<const nlohmann::ordered_json> tools,
+                                     bool add_generation_prompt) const;
+  StatusOr<std::string> RenderLlama3(std::span<const ChatMessage> messages,
+                                     std::span<const nlohmann::ordered_json> tools,
+                                     bool add_generation_prompt) const;
 
   ChatFamily family_ = ChatFamily::kChatMl;
   std::string end_of_turn_;
