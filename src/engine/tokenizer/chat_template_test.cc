@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
+#include "engine/tokenizer/py_json.h"
 #include "engine/tokenizer/tokenizer_test_util.h"
 
 namespace aicloud::engine_test {
@@ -214,6 +216,87 @@ TEST(ChatTemplate, ConfigWithoutTemplateAndMissingFile) {
   chat = ChatTemplate::FromConfig(*config);
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->Render(kOne, false), "<B><|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>");
+}
+
+
+// Tool conversations render exactly as Qwen2.5's published template renders them with Jinja2
+// (tests/engine/chat_template_reference.py wrote the goldens): the tool list as Python's
+// json.dumps writes it, replayed calls with their arguments re-written the same way, and tool
+// results grouped into one user turn. The prompt then encodes <tool_call> as its own token.
+TEST(ChatTemplate, ToolConversationsMatchThePublishedTemplate) {
+  StatusOr<ChatTemplate> chat = FromCache("tokenizer-qwen2_5");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->tool_call_format(), ToolCallFormat::kHermes);
+  std::ifstream in(SourcePath("src/engine/tokenizer/testdata/chat_tools_qwen2_5.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::ordered_json golden = nlohmann::ordered_json::parse(in);
+  ASSERT_GE(golden.size(), 8u);
+  for (const auto& g : golden) {
+    SCOPED_TRACE(g["name"].get<std::string>());
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : g["messages"]) {
+      ChatMessage msg{m["role"], m.value("content", "")};
+      for (const auto& c : m.value("tool_calls", nlohmann::ordered_json::array())) {
+        // The API's form: arguments as JSON text, written compactly (not as the template writes them).
+        msg.tool_calls.push_back({c["id"], c["function"]["name"], c["function"]["arguments"].dump()});
+      }
+      msgs.push_back(std::move(msg));
+    }
+    std::vector<nlohmann::ordered_json> tools(g["tools"].begin(), g["tools"].end());
+    StatusOr<std::string> prompt = chat->RenderChat(msgs, tools, g["add_generation_prompt"].get<bool>());
+    ASSERT_TRUE(prompt.ok()) << prompt.status();
+    EXPECT_EQ(*prompt, g["prompt"].get<std::string>());
+  }
+  std::unique_ptr<Tokenizer> qwen = LoadCached("tokenizer-qwen2_5", true);
+  ASSERT_TRUE(qwen);
+  std::vector<ChatMessage> replay = {{"user", "x"}, {"assistant", ""}};
+  replay[1].tool_calls.push_back({"c", "f", R"({"a": 1})"});
+  StatusOr<std::string> p = chat->RenderChat(replay, {}, false);
+  ASSERT_TRUE(p.ok());
+  const std::vector<int32_t> ids = qwen->Encode(*p, false);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 151657), 1);  // <tool_call>
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 151658), 1);  // </tool_call>
+}
+
+// Llama-3 renders tools in Llama-3.1's JSON style and replays one call per message.
+TEST(ChatTemplate, Llama3ToolsInTheFirstUserMessage) {
+  StatusOr<ChatTemplate> chat = ChatTemplate::FromTemplate(kLlama3Instruct, "llama3", "<|begin_of_text|>");
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(chat->tool_call_format(), ToolCallFormat::kLlama3Json);
+  const nlohmann::ordered_json tool = nlohmann::ordered_json::parse(
+      R"({"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"number"}}}}})");
+  std::vector<ChatMessage> msgs = {{"system", "S"}, {"user", "Q"}, {"assistant", ""}, {"tool", "42"}};
+  msgs[2].tool_calls.push_back({"c", "f", R"({"x":1.5})"});
+  StatusOr<std::string> p = chat->RenderChat(msgs, std::vector<nlohmann::ordered_json>{tool}, true);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p,
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON "
+            "for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the "
+            "format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use "
+            "variables.\n\n{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"f\",\n        "
+            "\"parameters\": {\n            \"type\": \"object\",\n            \"properties\": {\n                "
+            "\"x\": {\n                    \"type\": \"number\"\n                }\n            }\n        }\n    "
+            "}\n}\n\nQ<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"f\", \"parameters\": "
+            "{\"x\": 1.5}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n42<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  msgs[2].tool_calls.push_back({"d", "f", "{}"});
+  EXPECT_EQ(chat->RenderChat(msgs, {}, true).status().code(), StatusCode::kInvalidArgument);
+  msgs[2].tool_calls.resize(1);
+  msgs[2].tool_calls[0].arguments = "[1]";
+  StatusOr<std::string> bad = chat->RenderChat(msgs, {}, true);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("messages[2].tool_calls[0].function.arguments"), std::string::npos);
+}
+
+// Python's json.dumps, as templates' tojson writes values.
+TEST(PyJson, WritesWhatPythonWrites) {
+  using nlohmann::ordered_json;
+  EXPECT_EQ(PyJsonDumps(ordered_json::parse(R"({"b":[1,2.5,true,null],"a":{"x":"é\n\"q\"\u0001"},"e":{},"l":[]})")),
+            "{\"b\": [1, 2.5, true, null], \"a\": {\"x\": \"é\\n\\\"q\\\"\\u0001\"}, \"e\": {}, \"l\": []}");
+  EXPECT_EQ(PyJsonDumps(ordered_json::parse("[1.0, 100000.0, 1e16, 1.5e-7, 0.1, -0.0, 123456789.125]")),
+            "[1.0, 100000.0, 1e+16, 1.5e-07, 0.1, -0.0, 123456789.125]");
+  EXPECT_EQ(PyJsonDumps(ordered_json::parse(R"({"a":[1,{"b":[]}]})"), 2), "{\n  \"a\": [\n    1,\n    {\n      \"b\": []\n    }\n  ]\n}");
 }
 
 }  // namespace
