@@ -80,7 +80,8 @@ check() {  # check WANT_STATUS BODY [PATH]
 check 400 '{"model":"tiny","prompt":"x","top_p":7}'
 check 400 '{"model":"tiny"'
 check 404 '{"model":"gpt-4","prompt":"x"}'
-check 400 '{"model":"tiny","prompt":"x","n":3}'
+check 400 '{"model":"tiny","prompt":"x","n":17}'
+check 400 '{"model":"tiny","prompt":"x","guided_json":{"type":"object","not":{}}}'
 check 400 '{"model":"tiny","messages":"hi"}' /v1/chat/completions
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] || { ok=0; echo "  not healthy after bad input"; }
 [ $ok = 1 ] && pass $c || fail $c "see above"
