@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <ctime>
+
 #include "engine/tokenizer/py_json.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -98,11 +100,20 @@ StatusOr<ChatTemplate> ChatTemplate::FromTemplate(std::string_view text, std::st
   const bool tests_generation_prompt = Contains(text, "add_generation_prompt");
   if (Contains(text, "<|start_header_id|>") && Contains(text, "<|end_header_id|>") &&
       Contains(text, "<|eot_id|>")) {
-    if (Contains(text, "Cutting Knowledge Date") || Contains(text, "Environment: ipython")) {
-      return UnimplementedError(fmt::format(
-          "{}: chat_template: a Llama-3.1-style template (system preamble with dates and tools) "
-          "is not rendered natively; {}",
-          origin, kSupported));
+    if (Contains(text, "Cutting Knowledge Date")) {
+      t.family_ = ChatFamily::kLlama31;
+      t.end_of_turn_ = "<|eot_id|>";
+      t.bos_first_ = Contains(text, "bos_token");
+      t.bos_token_ = std::move(bos_token);
+      t.date_is_today_ = Contains(text, "strftime_now");
+      t.default_date_ = "26 Jul 2024";
+      constexpr std::string_view kDefault = "set date_string = \"";
+      if (size_t at = text.find(kDefault); at != std::string_view::npos) {
+        const size_t begin = at + kDefault.size(), end = text.find('"', begin);
+        if (end != std::string_view::npos) t.default_date_ = std::string(text.substr(begin, end - begin));
+      }
+      t.generation_prompt_always_ = !tests_generation_prompt;
+      return t;
     }
     t.family_ = ChatFamily::kLlama3;
     t.end_of_turn_ = "<|eot_id|>";
@@ -131,7 +142,15 @@ StatusOr<ChatTemplate> ChatTemplate::FromTemplate(std::string_view text, std::st
 }
 
 std::string_view ChatTemplate::family_name() const {
-  return family_ == ChatFamily::kLlama3 ? "llama3" : "chatml";
+  switch (family_) {
+    case ChatFamily::kLlama3:
+      return "llama3";
+    case ChatFamily::kLlama31:
+      return "llama3.1";
+    case ChatFamily::kChatMl:
+      break;
+  }
+  return "chatml";
 }
 
 std::string ChatTemplate::Render(std::span<const ChatMessage> messages,
@@ -146,8 +165,15 @@ StatusOr<std::string> ChatTemplate::RenderChat(std::span<const ChatMessage> mess
                                                bool add_generation_prompt) const {
   if (generation_prompt_always_) add_generation_prompt = true;
   if (generation_prompt_never_) add_generation_prompt = false;
-  return family_ == ChatFamily::kLlama3 ? RenderLlama3(messages, tools, add_generation_prompt)
-                                        : RenderChatMl(messages, tools, add_generation_prompt);
+  switch (family_) {
+    case ChatFamily::kLlama3:
+      return RenderLlama3(messages, tools, add_generation_prompt);
+    case ChatFamily::kLlama31:
+      return RenderLlama31(messages, tools, add_generation_prompt);
+    case ChatFamily::kChatMl:
+      break;
+  }
+  return RenderChatMl(messages, tools, add_generation_prompt);
 }
 
 namespace {
@@ -211,6 +237,65 @@ StatusOr<std::string> ChatTemplate::RenderChatMl(std::span<const ChatMessage> me
     out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   }
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+StatusOr<std::string> ChatTemplate::RenderLlama31(std::span<const ChatMessage> messages,
+                                                  std::span<const nlohmann::ordered_json> tools,
+                                                  bool add_generation_prompt) const {
+  std::string out = bos_first_ ? bos_token_ : "";
+  std::string system;
+  size_t base = 0;  // messages taken off the front, so errors number messages as the request did
+  if (!messages.empty() && messages[0].role == "system") {
+    system = Trim(messages[0].content);
+    messages = messages.subspan(1);
+    ++base;
+  }
+  std::string date = default_date_;
+  if (date_is_today_) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%d %b %Y", &tm);
+    date = buf;
+  }
+  out += "<|start_header_id|>system<|end_header_id|>\n\n";
+  if (!tools.empty()) out += "Environment: ipython\n";
+  out += "Cutting Knowledge Date: December 2023\nToday Date: " + date + "\n\n" + system + "<|eot_id|>";
+  if (!tools.empty()) {
+    if (messages.empty()) {
+      return InvalidArgumentError("messages: this model's template puts the tools in the first user message, and "
+                                  "there is none");
+    }
+    out += "<|start_header_id|>user<|end_header_id|>\n\n";
+    out += "Given the following functions, please respond with a JSON for a function call with its proper "
+           "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+           "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n";
+    for (const nlohmann::ordered_json& t : tools) out += PyJsonDumps(t, 4) + "\n\n";
+    out += Trim(messages[0].content) + "<|eot_id|>";
+    messages = messages.subspan(1);
+    ++base;
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (!m.tool_calls.empty()) {
+      if (m.tool_calls.size() > 1) {
+        return InvalidArgumentError(fmt::format("messages[{}].tool_calls: this model's template replays one tool call "
+                                                "per assistant message",
+                                                base + i));
+      }
+      StatusOr<std::string> args = Arguments(m.tool_calls[0], base + i, 0);
+      if (!args.ok()) return args.status();
+      out += "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"" + m.tool_calls[0].name +
+             "\", \"parameters\": " + *args + "}<|eot_id|>";
+    } else if (m.role == "tool" || m.role == "ipython") {
+      out += "<|start_header_id|>ipython<|end_header_id|>\n\n" + PyJsonDumps(m.content) + "<|eot_id|>";
+    } else {
+      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + Trim(m.content) + "<|eot_id|>";
+    }
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
 }
 

@@ -20,8 +20,12 @@
 //   the template writes bos_token; the generation prompt
 //   "<|start_header_id|>assistant<|end_header_id|>\n\n" is added when asked for, or always
 //   when the template does not test add_generation_prompt.
-// Anything else — including Llama-3.1's date/tools preamble and reasoning (<think>) templates —
-// is refused with UNIMPLEMENTED rather than rendered differently from the model's template.
+// - Llama-3.1 (3.1, 3.2, 3.3 Instruct): the system turn opens with "Cutting Knowledge Date:
+//   December 2023\nToday Date: <date>\n\n" ("Environment: ipython\n" first when tools are
+//   given) and holds the trimmed system message; every content is trimmed; the date is the
+//   template's default ("26 Jul 2024"), or today's when the template asks strftime_now.
+// Anything else — including reasoning (<think>) templates — is refused with UNIMPLEMENTED rather
+// than rendered differently from the model's template.
 //
 // Tools (RenderChat): ChatML renders them as Qwen2.5's template does — a "# Tools" section in
 // the system turn with one `tojson` line per tool inside <tools></tools> and the instruction to
@@ -31,7 +35,9 @@
 // (SmolLM2, Qwen2) get the same rendering. Llama-3 renders them in the JSON style of Llama-3.1's
 // template: the tool list (`tojson(indent=4)`) and its instruction at the head of the first user
 // message, a replayed call as {"name": ..., "parameters": ...}, a tool result as an "ipython"
-// turn; one call per assistant message. Arguments arrive as JSON text (the API's form) and are
+// turn; one call per assistant message. Llama-3.1 templates render exactly that, as the template
+// does (builtin tools and tools in the system message are not supported; tool results are
+// written as JSON strings, as its `tojson` writes a string). Arguments arrive as JSON text (the API's form) and are
 // parsed and re-written as the template's `tojson` writes them (py_json.h).
 //
 // The rendered prompt holds special tokens as text (and the BOS, for Llama-3): encode it with
@@ -68,7 +74,7 @@ struct ChatMessage {
   bool content_is_null = false;          // an assistant message with tool calls only
 };
 
-enum class ChatFamily { kChatMl, kLlama3 };
+enum class ChatFamily { kChatMl, kLlama3, kLlama31 };
 
 // How a model of this family writes a tool call (and how RenderChat replays one):
 //   kHermes      <tool_call>\n{"name": "...", "arguments": {...}}\n</tool_call>
@@ -93,7 +99,7 @@ class ChatTemplate {
                                    std::span<const nlohmann::ordered_json> tools,
                                    bool add_generation_prompt) const;
   ToolCallFormat tool_call_format() const {
-    return family_ == ChatFamily::kLlama3 ? ToolCallFormat::kLlama3Json : ToolCallFormat::kHermes;
+    return family_ == ChatFamily::kChatMl ? ToolCallFormat::kHermes : ToolCallFormat::kLlama3Json;
   }
 
   ChatFamily family() const { return family_; }
@@ -110,6 +116,9 @@ class ChatTemplate {
   StatusOr<std::string> RenderLlama3(std::span<const ChatMessage> messages,
                                      std::span<const nlohmann::ordered_json> tools,
                                      bool add_generation_prompt) const;
+  StatusOr<std::string> RenderLlama31(std::span<const ChatMessage> messages,
+                                      std::span<const nlohmann::ordered_json> tools,
+                                      bool add_generation_prompt) const;
 
   ChatFamily family_ = ChatFamily::kChatMl;
   std::string end_of_turn_;
@@ -120,6 +129,10 @@ class ChatTemplate {
   std::string bos_token_;
   bool generation_prompt_always_ = false;  // the template ignores add_generation_prompt
   bool generation_prompt_never_ = false;
+  // Llama-3.1: the "Today Date" the template writes: its literal default, or today's date when
+  // it asks strftime_now (as transformers renders it).
+  std::string default_date_;
+  bool date_is_today_ = false;
 };
 
 }  // namespace aicloud::engine

@@ -178,11 +178,6 @@ TEST(ChatTemplate, UnsupportedTemplatesAreRefused) {
        "{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
        "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}",
        "gemma: chat_template: unrecognised template"},
-      {"llama31",
-       "{{- bos_token }}{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" "
-       "%}{%- endif %}{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting "
-       "Knowledge Date: December 2023\\n\" }}{{- '<|eot_id|>' }}",
-       "llama31: chat_template: a Llama-3.1-style template"},
       {"qwen3",
        "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + "
        "message.content }}{%- if reasoning_content %}<think>{%- endif %}{{- '<|im_end|>\\n' }}"
@@ -297,6 +292,56 @@ TEST(PyJson, WritesWhatPythonWrites) {
   EXPECT_EQ(PyJsonDumps(ordered_json::parse("[1.0, 100000.0, 1e16, 1.5e-7, 0.1, -0.0, 123456789.125]")),
             "[1.0, 100000.0, 1e+16, 1.5e-07, 0.1, -0.0, 123456789.125]");
   EXPECT_EQ(PyJsonDumps(ordered_json::parse(R"({"a":[1,{"b":[]}]})"), 2), "{\n  \"a\": [\n    1,\n    {\n      \"b\": []\n    }\n  ]\n}");
+}
+
+
+// Llama-3.1's own template: plain and tool conversations render exactly as its published
+// template renders them with Jinja2 (the system preamble with dates, tools in the first user
+// message, one call per message, tool results written as JSON strings).
+TEST(ChatTemplate, Llama31MatchesThePublishedTemplate) {
+  std::ifstream tf(SourcePath("src/engine/tokenizer/testdata/llama3_1_instruct.jinja"));
+  ASSERT_TRUE(tf.good());
+  const std::string text((std::istreambuf_iterator<char>(tf)), std::istreambuf_iterator<char>());
+  StatusOr<ChatTemplate> chat = ChatTemplate::FromTemplate(text, "llama31", "<|begin_of_text|>");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->family_name(), "llama3.1");
+  EXPECT_EQ(chat->tool_call_format(), ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(chat->end_of_turn(), "<|eot_id|>");
+  std::ifstream in(SourcePath("src/engine/tokenizer/testdata/chat_tools_llama3_1.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::ordered_json golden = nlohmann::ordered_json::parse(in);
+  ASSERT_GE(golden.size(), 8u);
+  for (const auto& g : golden) {
+    SCOPED_TRACE(g["name"].get<std::string>());
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : g["messages"]) {
+      ChatMessage msg{m["role"], m.value("content", "")};
+      for (const auto& c : m.value("tool_calls", nlohmann::ordered_json::array())) {
+        msg.tool_calls.push_back({c["id"], c["function"]["name"], c["function"]["arguments"].dump()});
+      }
+      msgs.push_back(std::move(msg));
+    }
+    std::vector<nlohmann::ordered_json> tools(g["tools"].begin(), g["tools"].end());
+    StatusOr<std::string> prompt = chat->RenderChat(msgs, tools, g["add_generation_prompt"].get<bool>());
+    ASSERT_TRUE(prompt.ok()) << prompt.status();
+    EXPECT_EQ(*prompt, g["prompt"].get<std::string>());
+  }
+  // What the template refuses: two calls in one message, tools with no user message.
+  std::vector<ChatMessage> two = {{"user", "x"}, {"assistant", ""}};
+  two[1].tool_calls = {{"a", "f", "{}"}, {"b", "g", "{}"}};
+  StatusOr<std::string> r = chat->RenderChat(two, {}, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("messages[1].tool_calls"), std::string::npos) << r.status();
+  const nlohmann::ordered_json tool = {{"type", "function"}, {"function", {{"name", "f"}}}};
+  std::vector<ChatMessage> only_system = {{"system", "s"}};
+  EXPECT_EQ(chat->RenderChat(only_system, std::vector<nlohmann::ordered_json>{tool}, true).status().code(),
+            StatusCode::kInvalidArgument);
+  // The rendered prompt encodes its markers as the Llama-3 tokenizer's special tokens.
+  std::unique_ptr<Tokenizer> llama = LoadCached("tokenizer-llama3", true);
+  ASSERT_TRUE(llama);
+  const std::vector<int32_t> ids = llama->Encode(golden[0]["prompt"].get<std::string>(), false);
+  EXPECT_EQ(ids[0], 128000);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 128000), 1);
 }
 
 }  // namespace
