@@ -12,8 +12,9 @@ namespace {
 
 constexpr char kSupported[] =
     "supported families: ChatML (<|im_start|>role\\ncontent<|im_end|>, e.g. Qwen2/2.5, "
-    "SmolLM2) and Llama-3 (<|start_header_id|>role<|end_header_id|>...<|eot_id|>); the Jinja "
-    "template itself is not interpreted";
+    "SmolLM2), Llama-3 (<|start_header_id|>role<|end_header_id|>...<|eot_id|>) and Llama-3.1 "
+    "(the same with its Cutting Knowledge Date preamble); the Jinja template itself is not "
+    "interpreted";
 
 bool Contains(std::string_view text, std::string_view marker) {
   return text.find(marker) != std::string_view::npos;
