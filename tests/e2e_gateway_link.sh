@@ -213,8 +213,10 @@ else
   fail $c "gateway 1 still answers $(curl -sS -o /dev/null -w '%{http_code}' "$gw_url_1/v1/models" -H "Authorization: Bearer $acme")"
 fi
 acme=$("$bin" key create --user admin -t acme 2>/dev/null)
-wait_until 10 sh -c "[ \"\$(curl -sS -o /dev/null -w '%{http_code}' '$gw_url_1/v1/models' -H 'Authorization: Bearer $acme')\" = 200 ]" \
-  && pass new-key-accepted || fail new-key-accepted "gateway 1 refuses the new key"
+# Both gateways learn the new key (each on its own watch of the server); the next step uses both.
+accepts() { [ "$(curl -sS -o /dev/null -w '%{http_code}' "$1/v1/models" -H "Authorization: Bearer $acme")" = 200 ]; }
+wait_until 10 accepts "$gw_url_1" && wait_until 10 accepts "$gw_url_2" \
+  && pass new-key-accepted || fail new-key-accepted "a gateway refuses the new key"
 
 # 7. The gateways' requests count as activity: a request every 2 s, through either gateway, for
 # longer than scaleToZeroSeconds (10 s) keeps the replica (the engine is busy only a moment of
