@@ -157,6 +157,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(EngineOptions options) {
 
   // vLLM's metric names, so dashboards and autoscalers built for it work unchanged.
   Metrics& m = e->metrics_;
+  // Structured outputs (aicloud's own names): requests by what constrains them, grammar cache
+  // lookups and compile times, and requests whose grammar failed while they ran.
+  e->structured_requests_total_ = m.AddCounter("aicloud:structured_requests_total",
+                                               "Requests whose output a grammar constrains, by kind.", {"model_name", "kind"});
+  e->structured_failures_total_ = m.AddCounter("aicloud:structured_failures_total",
+                                               "Constrained requests ended by a grammar failure while running.", {"model_name"});
+  e->grammars_->SetMetrics(
+      m.AddCounter("aicloud:grammar_cache_lookups_total", "Grammar lookups by result (hit, miss, error).", {"result"}),
+      m.AddHistogram("aicloud:grammar_compile_seconds", "Time to compile a new constraint into a grammar.", {},
+                     {0.001, 0.005, 0.02, 0.1, 0.5, 2, 10}));
   const std::string name = e->options_.served_model_name;
   Engine* self = e.get();
   m.AddGaugeFn("vllm:num_requests_running", "Requests in the running batch.", {"model_name"},
@@ -234,6 +244,7 @@ StatusOr<std::vector<std::shared_ptr<Stream>>> Engine::SubmitChoices(GenerateReq
                                                                      std::shared_ptr<StreamSignal> signal) {
   if (failed_.load()) return UnavailableError("the engine stopped after an internal error");
   if (n < 1) return InvalidArgumentError("n: must be at least 1");
+  if (!g.constraint.empty()) structured_requests_total_->Inc({options_.served_model_name, g.constraint});
   std::vector<std::pair<Request, Live>> choices;
   for (int32_t i = 0; i < n; ++i) {
     StatusOr<std::pair<Request, Live>> c = Prepare(g, signal);
@@ -481,6 +492,7 @@ void Engine::Step() {
         // The request's own grammar failed (its automaton outgrew its limits, say): end this
         // request with an error, keep serving the others.
         constraint_failures_[s.id] = InternalError("constrained decoding failed: " + std::string(r.status().message()));
+        structured_failures_total_->Inc({options_.served_model_name});
         SampleResult end;
         end.token = eos_ids_[0];
         sampled.push_back({s.id, end});

@@ -221,6 +221,8 @@ class Engine {
   Counter* generation_tokens_total_ = nullptr;
   Counter* request_success_total_ = nullptr;
   Counter* preemptions_total_ = nullptr;
+  Counter* structured_requests_total_ = nullptr;  // labels model_name, kind
+  Counter* structured_failures_total_ = nullptr;
   Histogram* ttft_ = nullptr;
   Histogram* itl_ = nullptr;
   Histogram* e2e_ = nullptr;

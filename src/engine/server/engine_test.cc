@@ -612,6 +612,13 @@ TEST_F(ApiTest, StructuredOutputsOverHttp) {
       {R"("guided_regex":"[a-z]{30}","max_tokens":5)", "max_tokens", "at least"},
       {R"("guided_regex":"a","ignore_eos":true)", "ignore_eos", "constrained"},
   };
+  // The eight regex requests compiled one grammar and found it seven times; each is counted.
+  StatusOr<http::ClientResponse> m = client_->Send("GET", "/metrics");
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->body.find("aicloud:structured_requests_total{model_name=\"tiny\",kind=\"regex\"} 8"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("aicloud:structured_requests_total{model_name=\"tiny\",kind=\"choice\"} 1"), std::string::npos);
+  EXPECT_NE(m->body.find("aicloud:grammar_cache_lookups_total{result=\"hit\"} 7"), std::string::npos);
+  EXPECT_NE(m->body.find("aicloud:grammar_compile_seconds_count 3"), std::string::npos);
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.body);
     auto [code, err] = Post("/v1/completions", R"({"model":"tiny","prompt":"x",)" + b.body + "}");

@@ -159,6 +159,7 @@ Status Constrain(const json& b, const RequestContext& ctx, const ToolRequest* to
       forced ? ToolCallGrammar(*tools, r->tool_format, *ctx.grammars) : ConstraintGrammar(*c, *ctx.grammars);
   if (!g.ok()) return g.status();
   r->sampling.grammar = std::move(*g);
+  r->constraint = forced ? "tool_call" : std::string(OutputConstraint::KindName(c->kind));
   return OkStatus();
 }
 

@@ -47,6 +47,9 @@ struct GenerateRequest {
   // tool_format (tool_calls.h); kNone leaves the text as the answer.
   ToolChoiceMode tool_mode = ToolChoiceMode::kNone;
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  // What constrains the output, for metrics: "json_schema", "json_object", "regex", "choice",
+  // "tool_call"; "" when nothing does.
+  std::string constraint;
 };
 
 // What parsing a request needs from the engine. `grammars` may be null: then a request that

@@ -1,6 +1,7 @@
 #include "engine/server/structured_output.h"
 
 #include <cctype>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -46,6 +47,7 @@ StatusOr<std::shared_ptr<structured::TokenGrammar>> GrammarCache::Get(
       if (it->second->second->status().ok()) {
         lru_.splice(lru_.begin(), lru_, it->second);
         ++hits_;
+        if (lookups_) lookups_->Inc({"hit"});
         return it->second->second;
       }
       // Its automaton outgrew its limits and now fails closed for everyone holding it; later
@@ -57,12 +59,21 @@ StatusOr<std::shared_ptr<structured::TokenGrammar>> GrammarCache::Get(
   }
   // Compiled outside the lock: two requests racing on a new schema both compile it, and the
   // second one's result is dropped.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto failed = [&](Status s) {
+    if (lookups_) lookups_->Inc({"error"});
+    return s;
+  };
   StatusOr<Pattern> p = build();
-  if (!p.ok()) return p.status();
+  if (!p.ok()) return failed(p.status());
   StatusOr<std::shared_ptr<structured::ByteAutomaton>> a = structured::ByteAutomaton::Compile(*p);
-  if (!a.ok()) return a.status();
+  if (!a.ok()) return failed(a.status());
   StatusOr<std::shared_ptr<structured::TokenGrammar>> g = structured::TokenGrammar::Create(std::move(*a), vocab_);
-  if (!g.ok()) return g.status();
+  if (!g.ok()) return failed(g.status());
+  if (lookups_) lookups_->Inc({"miss"});
+  if (compile_seconds_) {
+    compile_seconds_->Observe(LabelValues{}, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   std::lock_guard<std::mutex> l(mu_);
   if (auto it = index_.find(key); it != index_.end()) return it->second->second;
   lru_.emplace_front(key, *g);
@@ -85,6 +96,22 @@ int64_t GrammarCache::misses() const {
 }
 
 // --- response_format and guided_* ---------------------------------------------------------------
+
+std::string_view OutputConstraint::KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kJsonObject:
+      return "json_object";
+    case Kind::kJsonSchema:
+      return "json_schema";
+    case Kind::kRegex:
+      return "regex";
+    case Kind::kChoice:
+      return "choice";
+    case Kind::kNone:
+      break;
+  }
+  return "";
+}
 
 StatusOr<OutputConstraint> ParseOutputConstraint(const ordered_json& b) {
   OutputConstraint c;

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/metrics.h"
 #include "core/status.h"
 #include "engine/structured/json_schema.h"
 #include "engine/structured/pattern.h"
@@ -49,6 +50,12 @@ class GrammarCache {
   const structured::TokenVocabulary& vocabulary() const { return *vocab_; }
   int64_t hits() const;
   int64_t misses() const;
+  // Where lookups (label "result": hit, miss, error) and compile times are counted; either may
+  // be null. Set before the cache is shared.
+  void SetMetrics(Counter* lookups, Histogram* compile_seconds) {
+    lookups_ = lookups;
+    compile_seconds_ = compile_seconds;
+  }
 
  private:
   std::shared_ptr<const structured::TokenVocabulary> vocab_;
@@ -57,11 +64,15 @@ class GrammarCache {
   std::list<std::pair<std::string, std::shared_ptr<structured::TokenGrammar>>> lru_;  // most recent first
   std::unordered_map<std::string, decltype(lru_)::iterator> index_;
   int64_t hits_ = 0, misses_ = 0;
+  Counter* lookups_ = nullptr;
+  Histogram* compile_seconds_ = nullptr;
 };
 
 // What the client asked the output to be; kNone = free text.
 struct OutputConstraint {
   enum class Kind { kNone, kJsonObject, kJsonSchema, kRegex, kChoice };
+  // "json_object", "json_schema", "regex", "choice" (metric labels); "" for kNone.
+  static std::string_view KindName(Kind kind);
   Kind kind = Kind::kNone;
   std::string field;               // the request field it came from, for errors
   nlohmann::ordered_json schema;   // kJsonSchema
