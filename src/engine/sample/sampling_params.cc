@@ -76,7 +76,7 @@ Status Validate(const SamplingParams& p, int32_t vocab_size) {
                                   std::to_string(p.max_tokens));
     }
     if (vocab_size > 0 && p.grammar->vocabulary().size() != vocab_size) {
-      return InvalidArgumentError("sampling: the grammar was built for a vocabulary of " +
+      return InvalidArgumentError("sampling: grammar built for a vocabulary of " +
                                   std::to_string(p.grammar->vocabulary().size()) + " tokens, not " +
                                   std::to_string(vocab_size));
     }

@@ -43,7 +43,37 @@ std::string Base64Floats(const std::vector<float>& v) {
   return out;
 }
 
+// Whether the JSON text nests arrays and objects deeper than `limit`, found without recursion
+// (copying or dumping a parsed document recurses once per level: a body of a million '[' would
+// take the process down).
+bool NestsDeeperThan(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > limit) return true;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+constexpr int kMaxJsonDepth = 64;
+
 StatusOr<json> ParseJson(const http::Request& req) {
+  if (NestsDeeperThan(req.body, kMaxJsonDepth)) {
+    return InvalidArgumentError("body: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return InvalidArgumentError("body: not valid JSON");
   if (!body.is_object()) return InvalidArgumentError("body: expected a JSON object");
@@ -113,6 +143,9 @@ std::string ToolFinishReason(const std::string& finish, ToolChoiceMode mode) {
 }
 
 http::Response Generate(Engine* e, http::Request& req, bool chat) {
+  if (NestsDeeperThan(req.body, kMaxJsonDepth)) {
+    return OpenAiError(InvalidArgumentError("body: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"));
+  }
   nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return OpenAiError(InvalidArgumentError("body: not valid JSON"));
   if (!body.is_object()) return OpenAiError(InvalidArgumentError("body: expected a JSON object"));
@@ -235,6 +268,7 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
     // tool_calls deltas (name first, then argument pieces) and passes the rest on as content.
     std::vector<std::unique_ptr<ToolCallStreamParser>> parsers(outs.size());
     std::vector<int32_t> calls_seen(outs.size(), 0);
+    std::vector<std::vector<SampleResult>> pending_samples(outs.size());
     if (chat && tool_mode != ToolChoiceMode::kNone) {
       for (auto& p : parsers) p = std::make_unique<ToolCallStreamParser>(tool_format);
     }
@@ -283,7 +317,9 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
           return;
         }
         if (parsers[i]) {
-          json logprobs = want_logprobs ? LogprobsJson(*e, d.samples, chat) : json(nullptr);
+          // Logprobs of text the parser holds back wait for the next chunk that goes out.
+          pending_samples[i].insert(pending_samples[i].end(), d.samples.begin(), d.samples.end());
+          json logprobs = want_logprobs ? LogprobsJson(*e, pending_samples[i], chat) : json(nullptr);
           std::vector<ToolCallStreamParser::Event> events = parsers[i]->Push(d.text);
           if (d.finish_reason) {
             std::vector<ToolCallStreamParser::Event> rest = parsers[i]->Finish();
@@ -293,6 +329,7 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
             cancel_all();
             return;
           }
+          if (logprobs.is_null()) pending_samples[i].clear();  // sent with a chunk
           if (d.finish_reason) {
             const std::string finish = calls_seen[i] > 0 ? ToolFinishReason(*d.finish_reason, tool_mode) : *d.finish_reason;
             if (!send(chunk({{"index", i}, {"delta", json::object()}, {"logprobs", logprobs}, {"finish_reason", finish}}))) {

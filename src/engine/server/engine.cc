@@ -244,7 +244,6 @@ StatusOr<std::vector<std::shared_ptr<Stream>>> Engine::SubmitChoices(GenerateReq
                                                                      std::shared_ptr<StreamSignal> signal) {
   if (failed_.load()) return UnavailableError("the engine stopped after an internal error");
   if (n < 1) return InvalidArgumentError("n: must be at least 1");
-  if (!g.constraint.empty()) structured_requests_total_->Inc({options_.served_model_name, g.constraint});
   std::vector<std::pair<Request, Live>> choices;
   for (int32_t i = 0; i < n; ++i) {
     StatusOr<std::pair<Request, Live>> c = Prepare(g, signal);
@@ -284,6 +283,7 @@ StatusOr<std::vector<std::shared_ptr<Stream>>> Engine::SubmitChoices(GenerateReq
     }
     if (!held.empty()) held_.emplace(leader, std::move(held));
   }
+  if (!g.constraint.empty()) structured_requests_total_->Inc({options_.served_model_name, g.constraint});
   return streams;
 }
 

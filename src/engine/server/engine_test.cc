@@ -386,10 +386,16 @@ TEST(Engine, ConstrainedOutputsMatchAndIgnoreTheirBatch) {
   for (const GenerateRequest& r : reqs) together.push_back(*e->Submit(r));
   for (size_t i = 0; i < together.size(); ++i) EXPECT_EQ(Drain(*together[i]).tokens, solo[i].tokens) << "request " << i;
 
-  // A budget below the shortest complete output (counted in bytes, one token each: 27 bytes and
-  // the EOS) is refused before anything runs.
+  // A budget below the shortest complete output (its greedy tokenisation and the EOS) is
+  // refused before anything runs; exactly that budget is enough to finish.
   GenerateRequest tight = reqs[0];
-  tight.sampling.max_tokens = 27;
+  tight.sampling.max_tokens = (*g)->MinTokens();
+  StatusOr<std::shared_ptr<Stream>> just = e->Submit(tight);
+  ASSERT_TRUE(just.ok()) << just.status();
+  const Result fits = Drain(**just);
+  EXPECT_EQ(fits.finish, "stop");
+  EXPECT_TRUE(json::parse(fits.text, nullptr, false).is_object()) << fits.text;
+  tight.sampling.max_tokens = (*g)->MinTokens() - 1;
   StatusOr<std::shared_ptr<Stream>> refused = e->Submit(tight);
   EXPECT_FALSE(refused.ok());
 }
@@ -611,6 +617,9 @@ TEST_F(ApiTest, StructuredOutputsOverHttp) {
       {R"("guided_regex":"a","guided_choice":["b"])", "guided_choice", "only one of"},
       {R"("guided_regex":"[a-z]{30}","max_tokens":5)", "max_tokens", "at least"},
       {R"("guided_regex":"a","ignore_eos":true)", "ignore_eos", "constrained"},
+      {R"("guided_json":{"type":"object","default":)" + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "body", "nested deeper than 64"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools", "chat/completions"},
   };
   // The eight regex requests compiled one grammar and found it seven times; each is counted.
   StatusOr<http::ClientResponse> m = client_->Send("GET", "/metrics");

@@ -172,6 +172,11 @@ StatusOr<GenerateRequest> ParseCompletion(const json& b, const RequestContext& c
   if (Status s = Common(b, tok, &r); !s.ok()) return s;
   if (b.contains("echo") && b["echo"].is_boolean() && b["echo"].get<bool>()) return Bad("echo", "is not supported");
   if (b.contains("suffix") && !b["suffix"].is_null()) return Bad("suffix", "is not supported");
+  for (const char* chat_only : {"tools", "tool_choice", "parallel_tool_calls"}) {
+    if (auto f = b.find(chat_only); f != b.end() && !f->is_null()) {
+      return Bad(chat_only, "only /v1/chat/completions takes tools");
+    }
+  }
   auto p = b.find("prompt");
   if (p == b.end() || p->is_null()) return Bad("prompt", "required");
   json prompt = *p;
@@ -227,7 +232,8 @@ StatusOr<GenerateRequest> ParseChat(const json& b, const RequestContext& ctx) {
       msg.content = c.get<std::string>();
     } else if (c.is_array()) {  // content parts: text only
       for (const json& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
           return Bad(at + ".content", "only text content parts are supported");
         }
         msg.content += part["text"].get<std::string>();
@@ -251,7 +257,9 @@ StatusOr<GenerateRequest> ParseChat(const json& b, const RequestContext& ctx) {
         if (!f.contains("arguments") || !f["arguments"].is_string()) {
           return Bad(cat + ".function.arguments", "required, a string holding a JSON object");
         }
-        msg.tool_calls.push_back({call.value("id", ""), f["name"].get<std::string>(), f["arguments"].get<std::string>()});
+        if (call.contains("id") && !call["id"].is_null() && !call["id"].is_string()) return Bad(cat + ".id", "must be a string");
+        const std::string call_id = call.contains("id") && call["id"].is_string() ? call["id"].get<std::string>() : "";
+        msg.tool_calls.push_back({call_id, f["name"].get<std::string>(), f["arguments"].get<std::string>()});
       }
     } else if (msg.content_is_null && role != "assistant") {
       return Bad(at + ".content", "required for a " + role + " message");

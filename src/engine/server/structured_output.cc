@@ -201,11 +201,13 @@ StatusOr<std::shared_ptr<structured::TokenGrammar>> ConstraintGrammar(const Outp
     case OutputConstraint::Kind::kChoice: {
       std::string key = "choice";
       for (const std::string& s : c.choices) key += "\n" + ordered_json(s).dump();
-      return cache.Get(key, [&] {
+      StatusOr<std::shared_ptr<structured::TokenGrammar>> g = cache.Get(key, [&] {
         std::vector<Pattern> options;
         for (const std::string& s : c.choices) options.push_back(structured::Literal(s));
         return StatusOr<Pattern>(structured::Alternate(std::move(options)));
       });
+      if (!g.ok()) return InField(c.field, g.status());
+      return g;
     }
   }
   return InternalError("unknown output constraint");
@@ -222,7 +224,7 @@ StatusOr<ToolRequest> ParseToolRequest(const ordered_json& b) {
       const ordered_json& x = (*t)[i];
       const std::string at = "tools[" + std::to_string(i) + "]";
       if (!x.is_object()) return Bad(at, "must be an object");
-      if (x.value("type", "") != "function") return Bad(at + ".type", "only \"function\" tools are supported");
+      if (!x.contains("type") || x["type"] != "function") return Bad(at + ".type", "only \"function\" tools are supported");
       auto f = x.find("function");
       if (f == x.end() || !f->is_object()) return Bad(at + ".function", "required, an object");
       auto name = f->find("name");
@@ -256,7 +258,7 @@ StatusOr<ToolRequest> ParseToolRequest(const ordered_json& b) {
       } else {
         return Bad("tool_choice", "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
       }
-    } else if (tc->is_object() && tc->value("type", "") == "function" && tc->contains("function") &&
+    } else if (tc->is_object() && tc->contains("type") && (*tc)["type"] == "function" && tc->contains("function") &&
                (*tc)["function"].is_object() && (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
       r.mode = ToolChoiceMode::kNamed;
       r.named = (*tc)["function"]["name"];
@@ -307,6 +309,8 @@ StatusOr<std::shared_ptr<structured::TokenGrammar>> ToolCallGrammar(const ToolRe
     return structured::Concat(
         {one, structured::Repeat(structured::Concat({structured::Literal(hermes ? "\n" : "; "), one}), 0, -1)});
   });
+  // Schema errors name their tool already; the automaton's own limits are the tool_choice's.
+  if (!g.ok() && !g.status().message().starts_with("tools[")) return InField("tool_choice", g.status());
   return g;
 }
 

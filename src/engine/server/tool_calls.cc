@@ -258,7 +258,9 @@ bool ToolCallStreamParser::Body(bool at_end, std::vector<Event>* out) {
     if (at_end) return give_up();
     return false;
   }
-  if (!scan.has_name) return give_up();
+  // A call names its function and gives its arguments; a JSON object without them is text
+  // (a Llama-3 answer that happens to be {"name": "Bob", ...}).
+  if (!scan.has_name || !scan.has_args) return give_up();
   if (!started_) {  // the arguments came first: all of it now
     out->push_back({Event::Kind::kCallStart, calls_, "", scan.name});
     started_ = true;
@@ -267,7 +269,6 @@ bool ToolCallStreamParser::Body(bool at_end, std::vector<Event>* out) {
       out->push_back({Event::Kind::kArguments, calls_ - 1, buf_.substr(scan.args_begin, scan.args_end - scan.args_begin), ""});
     }
   }
-  if (!scan.has_args) out->push_back({Event::Kind::kArguments, calls_ - 1, "{}", ""});
   buf_.erase(0, scan.end);
   mode_ = Mode::kAfterBody;
   started_ = false;

@@ -87,6 +87,9 @@ std::vector<Case> Cases() {
       {L, "<|python_tag|>{\"name\": \"f\", \"arguments\": {}}; {\"name\": \"g\", \"parameters\": {\"s\": \"; {\"}}", "",
        {{"f", "{}"}, {"g", "{\"s\": \"; {\"}"}}},
       {L, "  The answer is {\"name\": 1}", "  The answer is {\"name\": 1}", {}},
+      // A JSON answer that merely has a "name" is not a call: a call gives its arguments.
+      {L, "{\"name\": \"Bob\", \"age\": 3}", "{\"name\": \"Bob\", \"age\": 3}", {}},
+      {H, "<tool_call>\n{\"name\": \"f\"}\n</tool_call>", "<tool_call>\n{\"name\": \"f\"}\n</tool_call>", {}},
       {L, "{\"name\": \"f\", \"parameters\": {\"a\": 1}} trailing words", " trailing words", {{"f", "{\"a\": 1}"}}},
   };
 }

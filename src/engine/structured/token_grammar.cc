@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <utility>
 
 namespace aicloud::engine::structured {
@@ -18,9 +19,73 @@ StatusOr<std::shared_ptr<TokenGrammar>> TokenGrammar::Create(
 TokenGrammar::TokenGrammar(std::shared_ptr<ByteAutomaton> a,
                            std::shared_ptr<const TokenVocabulary> v, int64_t cache_bytes)
     : automaton_(std::move(a)), vocab_(std::move(v)), cache_limit_(cache_bytes) {
-  const int32_t bytes = automaton_->MinBytesToAccept(automaton_->start());
-  min_tokens_ = bytes >= ByteAutomaton::kUnreachable ? ByteAutomaton::kUnreachable : bytes + 1;
   stack_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> alock(automaton_->mu_);
+  const int32_t bound = BoundLocked(automaton_->start());
+  min_tokens_ = bound >= ByteAutomaton::kUnreachable ? ByteAutomaton::kUnreachable : bound + 1;
+}
+
+int32_t TokenGrammar::GreedyTokens(std::string_view text) const {
+  const TokenVocabulary& v = *vocab_;
+  const uint8_t* byte = v.node_byte();
+  const int32_t* end = v.node_end();
+  const int32_t* token_begin = v.token_begin();
+  const int32_t n = v.trie_nodes();
+  int32_t count = 0;
+  for (size_t p = 0; p < text.size(); ++count) {
+    // Down the trie along text[p..]: the children of node i are [i + 1, end[i]), siblings
+    // linked by end[]; the root's are [1, n).
+    size_t longest = 0;
+    int32_t lo = 1, hi = n;
+    for (size_t q = p; q < text.size();) {
+      int32_t child = -1;
+      for (int32_t i = lo; i < hi; i = end[i]) {
+        if (byte[i] == static_cast<uint8_t>(text[q])) {
+          child = i;
+          break;
+        }
+      }
+      if (child < 0) break;
+      ++q;
+      if (token_begin[child] < token_begin[child + 1]) longest = q - p;
+      lo = child + 1;
+      hi = end[child];
+    }
+    if (longest == 0) return -1;
+    p += longest;
+  }
+  return count;
+}
+
+int32_t TokenGrammar::BoundLocked(int32_t state) {
+  if (state < 0) return ByteAutomaton::kUnreachable;
+  if (static_cast<size_t>(state) < bounds_.size() && bounds_[state] >= 0) return bounds_[state];
+  ByteAutomaton& a = *automaton_;
+  int32_t left = a.MinBytesLocked(state);
+  if (left >= ByteAutomaton::kUnreachable) return ByteAutomaton::kUnreachable;
+  const int32_t bytes = left;
+  // The canonical shortest completion: at each step the smallest byte that brings the end one
+  // byte closer.
+  std::string completion;
+  for (int32_t s = state; left > 0;) {
+    int32_t next = ByteAutomaton::kDead;
+    for (int b = 0; b < 256 && next == ByteAutomaton::kDead; ++b) {
+      const int32_t t = a.StepLocked(s, static_cast<uint8_t>(b));
+      if (t >= 0 && a.MinBytesLocked(t) == left - 1) {
+        completion.push_back(static_cast<char>(b));
+        next = t;
+      }
+    }
+    if (next == ByteAutomaton::kDead) return bytes;  // the automaton failed closed meanwhile
+    s = next;
+    --left;
+  }
+  int32_t bound = vocab_->has_all_bytes() ? GreedyTokens(completion) : -1;
+  if (bound < 0) bound = bytes;
+  if (static_cast<size_t>(state) >= bounds_.size()) bounds_.resize(static_cast<size_t>(state) + 1, -1);
+  bounds_[state] = bound;
+  return bound;
 }
 
 int64_t TokenGrammar::cached_states() const {
@@ -71,7 +136,7 @@ std::shared_ptr<TokenGrammar::StateMasks> TokenGrammar::EntryLocked(int32_t stat
     TokenMask& mask = entry->mask;
     WalkLocked(state, [&](int32_t token, int32_t after) {
       mask.Set(token);
-      max_after = std::max(max_after, a.MinBytesLocked(after));
+      max_after = std::max(max_after, BoundLocked(after));
     });
     if (!automaton_->status_.ok()) return nullptr;  // the walk was cut short: no mask
     entry->max_after = max_after;
@@ -100,9 +165,8 @@ bool TokenGrammar::OrderLocked(int32_t state, StateMasks* entry) {
   {
     std::lock_guard<std::mutex> lock(automaton_->mu_);
     if (!automaton_->status_.ok()) return false;
-    ByteAutomaton& a = *automaton_;
     WalkLocked(state, [&](int32_t token, int32_t after) {
-      pairs.emplace_back(a.MinBytesLocked(after), token);
+      pairs.emplace_back(BoundLocked(after), token);
     });
     if (!automaton_->status_.ok()) return false;
   }

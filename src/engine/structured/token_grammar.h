@@ -20,13 +20,18 @@
 // automaton refuses its first byte; it is cached per state, so later visits cost a lookup.
 // Masks depend only on the grammar and the matcher's state, never on other sequences.
 //
-// Room to close. Mask(remaining) allows a text token t only if the output can still be
-// completed within the budget: MinBytesToAccept(state after t) + 1 <= remaining - 1 (one
-// token per byte is always possible when every byte is a token, plus one for the EOS). EOS ids
-// are allowed iff the state is accepting. So a sequence that starts with remaining >=
-// MinTokens() and follows the masks ends with a complete, matching output before its budget
-// runs out. The cached mask keeps the largest such bound of its tokens, so the check costs one
-// comparison until the end is near; then the state's tokens, sorted by bound once, are cut.
+// Room to close. Each automaton state has a completion bound: the number of tokens in the
+// greedy longest-match tokenisation of its canonical shortest completion (the shortest byte
+// string to an accepting state, taking the smallest byte at each step). Mask(remaining) allows
+// a text token t only if bound(state after t) + 1 <= remaining - 1 (the completion, then the
+// EOS); EOS ids are allowed iff the state is accepting. The bound never fails its promise:
+// along a canonical completion the states' canonical completions are its suffixes, so the
+// greedy first token of a state's completion leads to a state whose bound is one less, and it
+// stays allowed. So a sequence that starts with remaining >= MinTokens() and follows the masks
+// ends with a complete, matching output before its budget runs out. (When some byte is not a
+// token of the vocabulary, has_all_bytes() false, the bound is the completion's byte count.)
+// The cached mask keeps the largest bound of its tokens, so the check costs one comparison
+// until the end is near; then the state's tokens, sorted by bound once, are cut.
 //
 // Tokens that straddle grammar pieces (`{"`, `":`) or end inside a multi-byte character are
 // fine: the automaton works on bytes.
@@ -42,6 +47,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -102,6 +108,11 @@ class TokenGrammar {
   std::shared_ptr<StateMasks> EntryLocked(int32_t state);
   // Fills entry->ordered_*. REQUIRES: mu_ held.
   bool OrderLocked(int32_t state, StateMasks* entry);
+  // The completion bound of `state` (see "Room to close"), cached per state.
+  // REQUIRES: mu_ and automaton_->mu_ held.
+  int32_t BoundLocked(int32_t state);
+  // Tokens in the greedy longest-match tokenisation of `text`; -1 when a byte starts no token.
+  int32_t GreedyTokens(std::string_view text) const;
   // Calls fn(token, state_after) for each text token the automaton accepts from `state`.
   // REQUIRES: mu_ and the automaton's mutex held.
   template <typename Fn>
@@ -114,6 +125,7 @@ class TokenGrammar {
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<StateMasks>> cache_;  // by state id. GUARDED_BY(mu_)
+  std::vector<int32_t> bounds_;                     // by state id, -1 unknown. GUARDED_BY(mu_)
   int64_t cached_states_ = 0;                       // GUARDED_BY(mu_)
   int64_t cache_bytes_ = 0;                         // GUARDED_BY(mu_)
   std::vector<int32_t> stack_;                      // walk scratch. GUARDED_BY(mu_)

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <unordered_set>
+
+#include <map>
+
 #include <cmath>
 #include <limits>
 #include <random>
@@ -70,22 +76,66 @@ std::shared_ptr<TokenGrammar> SchemaGrammar(const char* schema,
   return p.ok() ? MakeGrammar(*p, std::move(vocab)) : nullptr;
 }
 
-// The mask by definition: each token's bytes fed through the automaton.
-bool ExpectedAllowed(TokenGrammar& g, int32_t state, int32_t token, int32_t remaining) {
+// The completion bound by its definition, computed apart from TokenGrammar: the canonical
+// shortest completion (the smallest byte that brings the end one byte closer, each step),
+// tokenised greedily by longest match against a set of every token's bytes.
+struct ReferenceBounds {
+  explicit ReferenceBounds(TokenGrammar& grammar) : g(grammar) {
+    for (int32_t t = 0; t < g.vocabulary().size(); ++t) {
+      const std::string_view b = g.vocabulary().TokenBytes(t);
+      if (b.empty() || g.vocabulary().IsEos(t)) continue;
+      tokens.emplace(b);
+      longest = std::max(longest, b.size());
+    }
+  }
+  int32_t Of(int32_t state) {
+    if (auto it = bounds.find(state); it != bounds.end()) return it->second;
+    ByteAutomaton& a = g.automaton();
+    std::string completion;
+    int32_t left = a.MinBytesToAccept(state);
+    for (int32_t cur = state; left > 0; --left) {
+      for (int b = 0; b < 256; ++b) {
+        const int32_t t = a.Step(cur, static_cast<uint8_t>(b));
+        if (t >= 0 && a.MinBytesToAccept(t) == left - 1) {
+          completion.push_back(static_cast<char>(b));
+          cur = t;
+          break;
+        }
+      }
+    }
+    int32_t count = 0;
+    for (size_t p = 0; p < completion.size(); ++count) {
+      size_t n = std::min(longest, completion.size() - p);
+      while (n > 0 && tokens.count(completion.substr(p, n)) == 0) --n;
+      if (n == 0) return bounds[state] = static_cast<int32_t>(completion.size());
+      p += n;
+    }
+    return bounds[state] = count;
+  }
+  TokenGrammar& g;
+  std::unordered_set<std::string> tokens;
+  size_t longest = 0;
+  std::map<int32_t, int32_t> bounds;
+};
+
+// The mask by definition: each token's bytes fed through the automaton, kept when the
+// completion bound after it and an EOS still fit.
+bool ExpectedAllowed(TokenGrammar& g, ReferenceBounds& bounds, int32_t state, int32_t token, int32_t remaining) {
   const TokenVocabulary& v = g.vocabulary();
   ByteAutomaton& a = g.automaton();
   if (v.IsEos(token)) return a.IsAccepting(state);
   const std::string_view bytes = v.TokenBytes(token);
   if (bytes.empty()) return false;
   const int32_t after = a.Walk(state, bytes);
-  return after != ByteAutomaton::kDead && a.MinBytesToAccept(after) + 1 <= remaining - 1;
+  return after != ByteAutomaton::kDead && bounds.Of(after) + 1 <= remaining - 1;
 }
 
 void ExpectMaskIsBruteForce(TokenGrammar& g, GrammarMatcher& m, int32_t remaining) {
   const TokenMask& mask = m.Mask(remaining);
+  ReferenceBounds bounds(g);
   int32_t count = 0;
   for (int32_t t = 0; t < g.vocabulary().size(); ++t) {
-    const bool want = ExpectedAllowed(g, m.state(), t, remaining);
+    const bool want = ExpectedAllowed(g, bounds, m.state(), t, remaining);
     count += want;
     ASSERT_EQ(mask.Allows(t), want) << "state " << m.state() << " token " << t << " ("
                                     << g.vocabulary().TokenBytes(t) << ") remaining "
@@ -142,7 +192,7 @@ TEST(TokenGrammarTest, MaskEqualsPerTokenCheckOnRandomStates) {
     for (int step = 0; step < 12 && !m.IsFinished(); ++step) {
       ExpectMaskIsBruteForce(*g, m, 1000);
       // Near the end of a budget too: the room-to-close filter.
-      const int32_t need = g->automaton().MinBytesToAccept(m.state());
+      const int32_t need = ReferenceBounds(*g).Of(m.state());
       ExpectMaskIsBruteForce(*g, m, need + 2);
       ExpectMaskIsBruteForce(*g, m, need + 6);
       checked += 3;
@@ -295,18 +345,31 @@ TEST(TokenGrammarTest, SpecialTokensNeverTextButPlainAddedTokensAre) {
   EXPECT_TRUE(m.Mask(100).Allows(im_end));
 }
 
+// MinTokens counts the greedy tokenisation of the shortest output, plus the EOS: 100 x's are 13
+// GPT-2 tokens ("xxxxxxxx" is one), and a budget below it is refused by an empty mask.
 TEST(TokenGrammarTest, BudgetBelowMinTokensIsDetectable) {
   auto g = MakeGrammar(Literal(std::string(100, 'x')), Gpt2Vocab());
   ASSERT_NE(g, nullptr);
-  EXPECT_EQ(g->MinTokens(), 101);
+  const int32_t greedy = static_cast<int32_t>(Gpt2().Encode(std::string(100, 'x'), false).size());
+  EXPECT_LE(g->MinTokens(), greedy + 1);  // longest match is never worse than BPE here
+  EXPECT_LT(g->MinTokens(), 101);         // far below one token per byte
+  EXPECT_EQ(g->MinTokens(), ReferenceBounds(*g).Of(g->automaton().start()) + 1);
   GrammarMatcher m(g);
-  EXPECT_EQ(m.Mask(50).count, 0);
-  EXPECT_GT(m.Mask(101).count, 0);
+  EXPECT_EQ(m.Mask(g->MinTokens() - 1).count, 0);
+  EXPECT_GT(m.Mask(g->MinTokens()).count, 0);
   EXPECT_TRUE(m.status().ok());
+  // With exactly MinTokens of budget, following only the forced path still ends complete.
+  for (int32_t left = g->MinTokens(); left > 0 && !m.IsFinished(); --left) {
+    std::vector<int32_t> ids = AllowedIds(m.Mask(left));
+    ASSERT_FALSE(ids.empty()) << left;
+    ASSERT_TRUE(m.Advance(ids.back()));
+  }
+  EXPECT_TRUE(m.IsFinished());
 
   auto schema = SchemaGrammar(kPersonSchema, Gpt2Vocab());
   ASSERT_NE(schema, nullptr);
-  EXPECT_EQ(schema->MinTokens(), static_cast<int32_t>(std::string(R"({"name":"","age":0})").size()) + 1);
+  EXPECT_EQ(schema->MinTokens(), ReferenceBounds(*schema).Of(schema->automaton().start()) + 1);
+  EXPECT_LT(schema->MinTokens(), static_cast<int32_t>(std::string(R"({"name":"","age":0})").size()) + 1);
 }
 
 TEST(TokenGrammarTest, ModelVocabularyLargerOrSmallerThanTokenizer) {

@@ -200,12 +200,16 @@ StatusOr<std::string> ChatTemplate::RenderChatMl(std::span<const ChatMessage> me
   if (!tools.empty()) {
     // Qwen2.5: the system text (given or default) followed by the tool section.
     std::string system = default_system_.value_or("");
+    bool has_system = default_system_.has_value();
     if (!messages.empty() && messages[0].role == "system") {
       system = messages[0].content;
+      has_system = true;
       first = 1;
     }
+    // Qwen2.5 writes the system text (its own default when none is given) and then the tool
+    // section; a template without a default system text starts the turn with the section.
     out += "<|im_start|>system\n" + system;
-    if (!system.empty()) out += "\n\n";
+    if (has_system) out += "\n\n";
     out += "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
     for (const nlohmann::ordered_json& t : tools) out += "\n" + PyJsonDumps(t);
@@ -256,7 +260,7 @@ StatusOr<std::string> ChatTemplate::RenderLlama31(std::span<const ChatMessage> m
   if (date_is_today_) {
     const std::time_t now = std::time(nullptr);
     std::tm tm{};
-    gmtime_r(&now, &tm);
+    localtime_r(&now, &tm);  // transformers' strftime_now: datetime.now(), local time
     char buf[32];
     std::strftime(buf, sizeof(buf), "%d %b %Y", &tm);
     date = buf;

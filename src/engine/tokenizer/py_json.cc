@@ -21,7 +21,7 @@ void String(const std::string& s, std::string* out) {
       case '\b': *out += "\\b"; break;
       case '\f': *out += "\\f"; break;
       default:
-        if (c < 0x20 || c == 0x7f) {
+        if (c < 0x20) {
           char buf[8];
           std::snprintf(buf, sizeof(buf), "\\u%04x", c);
           *out += buf;

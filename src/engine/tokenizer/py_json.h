@@ -7,7 +7,8 @@
 //   PyJsonDumps(v, 4)   // one member per line, four spaces per level, ": " and ","
 //
 // Keys keep their order (ordered_json). Strings escape `"`, `\` and control characters
-// (\n \r \t \b \f, others as \u00XX); everything else, non-ASCII included, is written as is.
+// (\n \r \t \b \f, others below 0x20 as \u00XX); everything else, DEL and non-ASCII included,
+// is written as is.
 // Integers as integers; floats the shortest way that reads back the same, with ".0" for
 // integral values, as Python's repr; NaN and infinities as NaN, Infinity, -Infinity.
 //
