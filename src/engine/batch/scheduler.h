@@ -170,6 +170,9 @@ class Scheduler {
   // Finishes a request at the next Schedule with `reason` (kAborted, or kStopString when the
   // caller found a stop string). Unknown or finished ids are ignored.
   void Abort(RequestId id, FinishReason reason = FinishReason::kAborted);
+
+  // The clock's time in micros, what Request::arrival_micros is measured on (any thread).
+  int64_t Now() const;
   // Blocks until there is something to schedule (a request waiting or running, or an inbox
   // entry) or the timeout passes; returns whether there is.
   bool WaitForWork(int64_t timeout_micros);
@@ -212,7 +215,6 @@ class Scheduler {
 
   Scheduler(const SchedulerOptions& options, BlockManager kv, const Clock* clock);
 
-  int64_t Now() const;
   void DrainInbox(StepPlan& plan);
   // Reserves KV for n more tokens of running sequence s, preempting from the back of running_
   // until it fits or s itself was preempted. Returns whether s got its tokens.

@@ -245,9 +245,12 @@ StatusOr<std::vector<std::shared_ptr<Stream>>> Engine::SubmitChoices(GenerateReq
   if (failed_.load()) return UnavailableError("the engine stopped after an internal error");
   if (n < 1) return InvalidArgumentError("n: must be at least 1");
   std::vector<std::pair<Request, Live>> choices;
+  // All choices arrived now, also those that enter the scheduler after choice 0's prefill.
+  const int64_t arrival = scheduler_->Now();
   for (int32_t i = 0; i < n; ++i) {
     StatusOr<std::pair<Request, Live>> c = Prepare(g, signal);
     if (!c.ok()) return c.status();
+    c->first.arrival_micros = arrival;
     if (i > 0 && g.sampling.seed) {
       // SplitMix64 of (seed, choice): independent draws per choice, reproducible per seed.
       uint64_t x = *g.sampling.seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(i);

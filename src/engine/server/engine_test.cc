@@ -691,12 +691,12 @@ TEST_F(ApiTest, StreamingMatchesNonStreaming) {
   ASSERT_EQ(bc, 200) << b64.dump();
   const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   for (int i = 0; i < 2; ++i) {
-    const std::string text = b64["data"][i]["embedding"].get<std::string>();
-    ASSERT_EQ(text.size(), (64 * 4 + 2) / 3 * 4);
+    const std::string encoded = b64["data"][i]["embedding"].get<std::string>();
+    ASSERT_EQ(encoded.size(), (64 * 4 + 2) / 3 * 4);
     std::string bytes;
     uint32_t acc = 0;
     int bits = 0;
-    for (char c : text) {
+    for (char c : encoded) {
       if (c == '=') break;
       acc = (acc << 6) | static_cast<uint32_t>(alphabet.find(c));
       bits += 6;
