@@ -26,6 +26,12 @@ TokenGrammar::TokenGrammar(std::shared_ptr<ByteAutomaton> a,
   min_tokens_ = bound >= ByteAutomaton::kUnreachable ? ByteAutomaton::kUnreachable : bound + 1;
 }
 
+int32_t TokenGrammar::CompletionBound(int32_t state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> alock(automaton_->mu_);
+  return BoundLocked(state);
+}
+
 int32_t TokenGrammar::GreedyTokens(std::string_view text) const {
   const TokenVocabulary& v = *vocab_;
   const uint8_t* byte = v.node_byte();

@@ -72,6 +72,9 @@ class TokenGrammar {
 
   // Fewest tokens any complete output needs, the final EOS included (bytes-to-accept + 1).
   int32_t MinTokens() const { return min_tokens_; }
+  // The completion bound of an automaton state (see "Room to close"): tokens enough to finish
+  // from it, EOS not counted. Thread-safe.
+  int32_t CompletionBound(int32_t state);
   const TokenVocabulary& vocabulary() const { return *vocab_; }
   ByteAutomaton& automaton() const { return *automaton_; }
   // The automaton's status: RESOURCE_EXHAUSTED once it outgrew its limits.
@@ -154,6 +157,8 @@ class GrammarMatcher {
   int32_t state() const { return state_; }
   Status status() const { return grammar_->status(); }
   const TokenGrammar& grammar() const { return *grammar_; }
+  // Tokens enough to complete the output from here, EOS not counted (TokenGrammar::CompletionBound).
+  int32_t CompletionBound() const { return grammar_->CompletionBound(state_); }
 
  private:
   std::shared_ptr<TokenGrammar> grammar_;

@@ -193,6 +193,7 @@ TEST(TokenGrammarTest, MaskEqualsPerTokenCheckOnRandomStates) {
       ExpectMaskIsBruteForce(*g, m, 1000);
       // Near the end of a budget too: the room-to-close filter.
       const int32_t need = ReferenceBounds(*g).Of(m.state());
+      EXPECT_EQ(g->CompletionBound(m.state()), need);
       ExpectMaskIsBruteForce(*g, m, need + 2);
       ExpectMaskIsBruteForce(*g, m, need + 6);
       checked += 3;
