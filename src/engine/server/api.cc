@@ -331,7 +331,9 @@ http::Response Generate(Engine* e, http::Request& req, bool chat) {
           }
           if (logprobs.is_null()) pending_samples[i].clear();  // sent with a chunk
           if (d.finish_reason) {
-            const std::string finish = calls_seen[i] > 0 ? ToolFinishReason(*d.finish_reason, tool_mode) : *d.finish_reason;
+            // As the unary answer: a call that turned out malformed makes the output text.
+            const bool called = calls_seen[i] > 0 && !parsers[i]->malformed();
+            const std::string finish = called ? ToolFinishReason(*d.finish_reason, tool_mode) : *d.finish_reason;
             if (!send(chunk({{"index", i}, {"delta", json::object()}, {"logprobs", logprobs}, {"finish_reason", finish}}))) {
               cancel_all();
               return;
