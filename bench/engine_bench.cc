@@ -29,6 +29,7 @@
 #include "engine/kernels/ops.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/random_checkpoint.h"
+#include "engine/model/test_models.h"
 #include "engine/runner/llama.h"
 
 namespace {
@@ -219,19 +220,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path dir = f.model_dir;
   if (!std::filesystem::exists(dir / "config.json")) {
     InitCheckpointOptions o;
-    ModelConfig& c = o.config;
-    c.architecture = "LlamaForCausalLM";
-    c.model_type = "llama";
-    c.hidden_size = 576;
-    c.num_hidden_layers = 30;
-    c.num_attention_heads = 9;
-    c.num_key_value_heads = 3;
-    c.head_dim = 64;
-    c.intermediate_size = 1536;
-    c.max_position_embeddings = 8192;
-    c.rms_norm_eps = 1e-5;
-    c.rope_theta = 100000;
-    c.tie_word_embeddings = true;
+    o.config = SmolLm2_135M();
     o.dtype = DType::kF16;
     o.seed = 1;
     o.tokenizer_json = std::string(AICLOUD_SOURCE_DIR) + "/data/tokenizers/gpt2/tokenizer.json";

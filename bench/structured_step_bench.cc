@@ -29,6 +29,7 @@
 
 #include "engine/model/checkpoint.h"
 #include "engine/model/random_checkpoint.h"
+#include "engine/model/test_models.h"
 #include "engine/runner/llama.h"
 #include "engine/sample/sampler.h"
 #include "engine/structured/grammar.h"
@@ -152,19 +153,7 @@ void RunVocab(const Flags& f, const std::string& vocab) {
   const fs::path dir = fs::path(f.model_dir) / vocab;
   if (!fs::exists(dir / "config.json")) {
     InitCheckpointOptions o;
-    ModelConfig& c = o.config;
-    c.architecture = "LlamaForCausalLM";
-    c.model_type = "llama";
-    c.hidden_size = 576;
-    c.num_hidden_layers = 30;
-    c.num_attention_heads = 9;
-    c.num_key_value_heads = 3;
-    c.head_dim = 64;
-    c.intermediate_size = 1536;
-    c.max_position_embeddings = 8192;
-    c.rms_norm_eps = 1e-5;
-    c.rope_theta = 100000;
-    c.tie_word_embeddings = true;
+    o.config = SmolLm2_135M();
     o.dtype = DType::kF16;
     o.seed = 1;
     o.tokenizer_json = tok_path;

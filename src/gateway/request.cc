@@ -7,6 +7,7 @@
 #include <simdjson.h>
 #include <xxhash.h>
 
+#include "core/json_depth.h"
 #include "gateway/json_text.h"
 #include "http/usage_header.h"
 
@@ -69,30 +70,6 @@ std::optional<dom::element> LastDocumentOf(std::string_view text) {
   if (!t.document || text.size() > kKeepParserBytes || std::string_view(t.padded) != text) return std::nullopt;
   ++t.reuses;
   return t.document;
-}
-
-// Whether `text` nests no deeper than kMaxDepth (brackets outside strings).
-bool NestsWithinLimit(std::string_view text) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > kMaxDepth) return false;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return true;
 }
 
 // The value of the LAST member named `key`, as a parsed document keeps it (and as the engines,
@@ -243,7 +220,7 @@ StatusOr<RequestInfo> RequestInfoOf(dom::object body, Endpoint endpoint) {
 // other parsers read as floats; such a text is read once more through nlohmann's document, whose
 // text those numbers leave as floats simdjson takes. nullopt when that does not help.
 std::optional<std::string> Renormalized(simdjson::error_code e, std::string_view text, bool retried) {
-  if (retried || e != simdjson::NUMBER_ERROR || !NestsWithinLimit(text)) return std::nullopt;
+  if (retried || e != simdjson::NUMBER_ERROR || !JsonNestsWithin(text, kMaxDepth)) return std::nullopt;
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return std::nullopt;
   return doc.dump();
@@ -280,7 +257,7 @@ std::optional<TokenUsage> ReadUsage(std::string_view body, bool retried) {
 
 // BodyEdits made through an nlohmann document: the path for texts simdjson refuses.
 StatusOr<std::string> RewriteDocument(std::string_view body, const BodyEdits& edits) {
-  if (!NestsWithinLimit(body)) return InvalidArgumentError("body: nested deeper than " + std::to_string(kMaxDepth) + " levels");
+  if (!JsonNestsWithin(body, kMaxDepth)) return InvalidArgumentError("body: nested deeper than " + std::to_string(kMaxDepth) + " levels");
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return InvalidArgumentError("body: expected a JSON object");
   if (edits.model) doc["model"] = *edits.model;

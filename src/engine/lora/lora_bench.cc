@@ -25,6 +25,7 @@
 #include "engine/lora/apply.h"
 #include "engine/model/checkpoint.h"
 #include "engine/model/random_checkpoint.h"
+#include "engine/model/test_models.h"
 #include "engine/runner/llama.h"
 
 namespace {
@@ -41,22 +42,6 @@ constexpr int64_t kRank = 16;
 int g_threads = 2;
 std::string g_model_dir = "/var/tmp/aicloud-lora-bench-135m";
 
-ModelConfig Smol135M() {
-  ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
-  c.hidden_size = 576;
-  c.num_hidden_layers = 30;
-  c.num_attention_heads = 9;
-  c.num_key_value_heads = 3;
-  c.head_dim = 64;
-  c.intermediate_size = 1536;
-  c.max_position_embeddings = 8192;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 100000;
-  c.tie_word_embeddings = true;
-  return c;
-}
 
 ThreadPool& Pool() {
   static ThreadPool pool(g_threads);
@@ -74,7 +59,7 @@ const std::vector<std::shared_ptr<const LoraAdapter>>& Adapters(DType storage) {
   static std::vector<std::shared_ptr<const LoraAdapter>> cache[2];
   std::vector<std::shared_ptr<const LoraAdapter>>& a = cache[storage == DType::kF16 ? 1 : 0];
   if (!a.empty()) return a;
-  const ModelConfig c = Smol135M();
+  const ModelConfig c = SmolLm2_135M();
   Rng rng(storage == DType::kF16 ? 2 : 1);
   for (int i = 0; i < 8; ++i) {
     LoraConfig lc;
@@ -99,7 +84,7 @@ void BM_LoraStep(benchmark::State& state) {
   const int adapters = static_cast<int>(state.range(0));
   const DType storage = state.range(1) == 16 ? DType::kF16 : DType::kF32;
   const auto& slots = Adapters(storage);
-  const ModelConfig c = Smol135M();
+  const ModelConfig c = SmolLm2_135M();
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, W = Q + 2 * KV;
   Rng rng(3);
   const std::vector<float> h = RandomFloats(rng, kTokens * H, 1.0f), attn = RandomFloats(rng, kTokens * Q, 1.0f),
@@ -138,7 +123,7 @@ BENCHMARK(BM_LoraStep)
 // The 120 base products of one 32-token step, each layer with its own weights.
 void BM_BaseMatMuls(benchmark::State& state) {
   const WeightFormat fmt = static_cast<WeightFormat>(state.range(0));
-  const ModelConfig c = Smol135M();
+  const ModelConfig c = SmolLm2_135M();
   const int64_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), I = c.intermediate_size, W = Q + 2 * KV;
   struct Layer {
     Matrix qkv, o, gate_up, down;
@@ -185,7 +170,7 @@ void BM_BaseDecodeStep(benchmark::State& state) {
   const std::filesystem::path dir = g_model_dir;
   if (!std::filesystem::exists(dir / "config.json")) {
     InitCheckpointOptions o;
-    o.config = Smol135M();
+    o.config = SmolLm2_135M();
     o.dtype = DType::kF16;
     o.seed = 1;
     o.tokenizer_json = std::string(AICLOUD_SOURCE_DIR) + "/data/tokenizers/gpt2/tokenizer.json";

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "auth/auth.h"
+#include "core/json_depth.h"
 #include "engine/server/tool_calls.h"
 #include "http/usage_header.h"
 
@@ -43,35 +44,12 @@ std::string Base64Floats(const std::vector<float>& v) {
   return out;
 }
 
-// Whether the JSON text nests arrays and objects deeper than `limit`, found without recursion
-// (copying or dumping a parsed document recurses once per level: a body of a million '[' would
-// take the process down).
-bool NestsDeeperThan(std::string_view text, int limit) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > limit) return true;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return false;
-}
-
+// Bodies nest no deeper than this (core/json_depth.h): copying or dumping a parsed document
+// recurses once per level.
 constexpr int kMaxJsonDepth = 64;
 
 StatusOr<json> ParseJson(const http::Request& req) {
-  if (NestsDeeperThan(req.body, kMaxJsonDepth)) {
+  if (!JsonNestsWithin(req.body, kMaxJsonDepth)) {
     return InvalidArgumentError("body: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
@@ -143,7 +121,7 @@ std::string ToolFinishReason(const std::string& finish, ToolChoiceMode mode) {
 }
 
 http::Response Generate(Engine* e, http::Request& req, bool chat) {
-  if (NestsDeeperThan(req.body, kMaxJsonDepth)) {
+  if (!JsonNestsWithin(req.body, kMaxJsonDepth)) {
     return OpenAiError(InvalidArgumentError("body: nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"));
   }
   nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, /*allow_exceptions=*/false);

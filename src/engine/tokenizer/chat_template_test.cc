@@ -214,6 +214,36 @@ TEST(ChatTemplate, ConfigWithoutTemplateAndMissingFile) {
 }
 
 
+// Renders every conversation of a golden file (tests/engine/chat_template_reference.py) and
+// expects the prompt Jinja2 rendered from the published template, byte for byte. Tool-call
+// arguments are given in the API's form: JSON text, written compactly (not as the template
+// writes them). Returns the goldens.
+nlohmann::ordered_json ExpectGoldens(const ChatTemplate& chat, const std::string& file) {
+  std::ifstream in(SourcePath(file));
+  EXPECT_TRUE(in.good()) << file;
+  if (!in.good()) return {};
+  const nlohmann::ordered_json golden = nlohmann::ordered_json::parse(in);
+  EXPECT_GE(golden.size(), 8u);
+  for (const auto& g : golden) {
+    SCOPED_TRACE(g["name"].get<std::string>());
+    std::vector<ChatMessage> msgs;
+    for (const auto& m : g["messages"]) {
+      ChatMessage msg{m["role"], m.value("content", "")};
+      for (const auto& c : m.value("tool_calls", nlohmann::ordered_json::array())) {
+        msg.tool_calls.push_back({c["id"], c["function"]["name"], c["function"]["arguments"].dump()});
+      }
+      msgs.push_back(std::move(msg));
+    }
+    std::vector<nlohmann::ordered_json> tools(g["tools"].begin(), g["tools"].end());
+    StatusOr<std::string> prompt = chat.RenderChat(msgs, tools, g["add_generation_prompt"].get<bool>());
+    EXPECT_TRUE(prompt.ok()) << prompt.status();
+    if (prompt.ok()) {
+      EXPECT_EQ(*prompt, g["prompt"].get<std::string>());
+    }
+  }
+  return golden;
+}
+
 // Tool conversations render exactly as Qwen2.5's published template renders them with Jinja2
 // (tests/engine/chat_template_reference.py wrote the goldens): the tool list as Python's
 // json.dumps writes it, replayed calls with their arguments re-written the same way, and tool
@@ -222,26 +252,7 @@ TEST(ChatTemplate, ToolConversationsMatchThePublishedTemplate) {
   StatusOr<ChatTemplate> chat = FromCache("tokenizer-qwen2_5");
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->tool_call_format(), ToolCallFormat::kHermes);
-  std::ifstream in(SourcePath("src/engine/tokenizer/testdata/chat_tools_qwen2_5.json"));
-  ASSERT_TRUE(in.good());
-  const nlohmann::ordered_json golden = nlohmann::ordered_json::parse(in);
-  ASSERT_GE(golden.size(), 8u);
-  for (const auto& g : golden) {
-    SCOPED_TRACE(g["name"].get<std::string>());
-    std::vector<ChatMessage> msgs;
-    for (const auto& m : g["messages"]) {
-      ChatMessage msg{m["role"], m.value("content", "")};
-      for (const auto& c : m.value("tool_calls", nlohmann::ordered_json::array())) {
-        // The API's form: arguments as JSON text, written compactly (not as the template writes them).
-        msg.tool_calls.push_back({c["id"], c["function"]["name"], c["function"]["arguments"].dump()});
-      }
-      msgs.push_back(std::move(msg));
-    }
-    std::vector<nlohmann::ordered_json> tools(g["tools"].begin(), g["tools"].end());
-    StatusOr<std::string> prompt = chat->RenderChat(msgs, tools, g["add_generation_prompt"].get<bool>());
-    ASSERT_TRUE(prompt.ok()) << prompt.status();
-    EXPECT_EQ(*prompt, g["prompt"].get<std::string>());
-  }
+  ExpectGoldens(*chat, "src/engine/tokenizer/testdata/chat_tools_qwen2_5.json");
   std::unique_ptr<Tokenizer> qwen = LoadCached("tokenizer-qwen2_5", true);
   ASSERT_TRUE(qwen);
   std::vector<ChatMessage> replay = {{"user", "x"}, {"assistant", ""}};
@@ -307,25 +318,8 @@ TEST(ChatTemplate, Llama31MatchesThePublishedTemplate) {
   EXPECT_EQ(chat->family_name(), "llama3.1");
   EXPECT_EQ(chat->tool_call_format(), ToolCallFormat::kLlama3Json);
   EXPECT_EQ(chat->end_of_turn(), "<|eot_id|>");
-  std::ifstream in(SourcePath("src/engine/tokenizer/testdata/chat_tools_llama3_1.json"));
-  ASSERT_TRUE(in.good());
-  const nlohmann::ordered_json golden = nlohmann::ordered_json::parse(in);
-  ASSERT_GE(golden.size(), 8u);
-  for (const auto& g : golden) {
-    SCOPED_TRACE(g["name"].get<std::string>());
-    std::vector<ChatMessage> msgs;
-    for (const auto& m : g["messages"]) {
-      ChatMessage msg{m["role"], m.value("content", "")};
-      for (const auto& c : m.value("tool_calls", nlohmann::ordered_json::array())) {
-        msg.tool_calls.push_back({c["id"], c["function"]["name"], c["function"]["arguments"].dump()});
-      }
-      msgs.push_back(std::move(msg));
-    }
-    std::vector<nlohmann::ordered_json> tools(g["tools"].begin(), g["tools"].end());
-    StatusOr<std::string> prompt = chat->RenderChat(msgs, tools, g["add_generation_prompt"].get<bool>());
-    ASSERT_TRUE(prompt.ok()) << prompt.status();
-    EXPECT_EQ(*prompt, g["prompt"].get<std::string>());
-  }
+  const nlohmann::ordered_json golden = ExpectGoldens(*chat, "src/engine/tokenizer/testdata/chat_tools_llama3_1.json");
+  ASSERT_FALSE(golden.empty());
   // What the template refuses: two calls in one message, tools with no user message.
   std::vector<ChatMessage> two = {{"user", "x"}, {"assistant", ""}};
   two[1].tool_calls = {{"a", "f", "{}"}, {"b", "g", "{}"}};
